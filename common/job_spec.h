@@ -1,0 +1,42 @@
+// JobSpec parsing, defaults and validation: the one place that decides
+// whether a job description is acceptable (proto/gasloc/v1/job.proto gives
+// every field's range and default). Used by the coordinator (StartJob), the
+// CLI (before sending) and the workers (on receipt).
+//
+// Pure functions; thread-safe.
+#ifndef GASLOC_COMMON_JOB_SPEC_H_
+#define GASLOC_COMMON_JOB_SPEC_H_
+
+#include "absl/strings/string_view.h"
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "gasloc/v1/job.pb.h"
+
+namespace gasloc {
+
+// Returns `spec` with every unset field set to its documented default
+// (defaults that depend on the algorithm use spec.outer.algorithm).
+// Fields already set are kept as they are, even if out of range.
+v1::JobSpec ApplyJobSpecDefaults(const v1::JobSpec& spec);
+
+// Checks every field of `spec` (after applying defaults) against its range.
+// On failure returns INVALID_ARGUMENT whose message starts with the field's
+// path, e.g. "outer.alpha must be in (0, 1], got 2".
+absl::Status ValidateJobSpec(const v1::JobSpec& spec);
+
+// Parses a JobSpec from JSON (if the text starts with '{') or protobuf text
+// format. Unknown fields are an error naming them.
+absl::StatusOr<v1::JobSpec> ParseJobSpec(absl::string_view text);
+
+// The algorithm's gossip family: true for GASLOC and DPSGD (peer exchange),
+// false for the all-reduce algorithms (DILOCO, LOCAL_SGD, DATA_PARALLEL).
+bool IsGossipAlgorithm(v1::Algorithm algorithm);
+
+// Parameter count of the model (docs/model.md):
+// P = L(12d^2 + 13d) + d(2*256 + T + 2).
+uint64_t ModelParameterCount(const v1::ModelSpec& model);
+
+}  // namespace gasloc
+
+#endif  // GASLOC_COMMON_JOB_SPEC_H_

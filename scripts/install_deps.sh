@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Installs every Debian 12 package gasloc builds, tests or runs with.
+# Idempotent: packages already present are skipped, so a second run is fast.
+# Nothing is downloaded from anywhere but Debian's package archive.
+set -euo pipefail
+
+PACKAGES=(
+  # toolchain
+  build-essential cmake ninja-build pkg-config git
+  # RPC and serialisation
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  # Status, flags, synchronisation
+  libabsl-dev
+  # kernels (oneDNN 2.6; OpenMP runtime comes with g++)
+  libdnnl-dev ocl-icd-opencl-dev opencl-headers
+  # metrics
+  prometheus-cpp-dev
+  # coordinator state
+  libsqlite3-dev sqlite3
+  # tests and benchmarks
+  libgtest-dev libgmock-dev libbenchmark-dev
+  # independent reference model for parity tests and speed comparisons
+  python3 python3-torch python3-numpy libopenblas0-openmp
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ "${#missing[@]}" -eq 0 ]; then
+  echo "install_deps: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+echo "install_deps: installing ${#missing[@]} package(s): ${missing[*]}"
+$SUDO apt-get update -q
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"

@@ -1,0 +1,158 @@
+#include "common/job_spec.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace gasloc {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+v1::JobSpec MinimalSpec() {
+  v1::JobSpec spec;
+  spec.set_name("tiny-run");
+  spec.mutable_data()->set_corpus_path("/usr/share/common-licenses");
+  spec.mutable_stop()->set_max_rounds(10);
+  return spec;
+}
+
+TEST(JobSpec, BinaryRoundTripKeepsEveryField) {
+  v1::JobSpec spec = ApplyJobSpecDefaults(MinimalSpec());
+  spec.mutable_outer()->set_algorithm(v1::ALGORITHM_DILOCO);
+  spec.mutable_training()->set_precision(v1::PRECISION_BF16);
+  spec.mutable_outer()->set_gamma(0.0f);  // explicit zero must survive
+  std::string bytes;
+  ASSERT_TRUE(spec.SerializeToString(&bytes));
+  v1::JobSpec back;
+  ASSERT_TRUE(back.ParseFromString(bytes));
+  EXPECT_EQ(back.SerializeAsString(), bytes);
+  EXPECT_TRUE(back.outer().has_gamma());
+  EXPECT_EQ(back.outer().gamma(), 0.0f);
+  EXPECT_EQ(back.training().precision(), v1::PRECISION_BF16);
+}
+
+TEST(JobSpec, DefaultsFollowTheAlgorithm) {
+  v1::JobSpec spec = MinimalSpec();
+  v1::JobSpec gasloc = ApplyJobSpecDefaults(spec);
+  EXPECT_EQ(gasloc.outer().algorithm(), v1::ALGORITHM_GASLOC);
+  EXPECT_FLOAT_EQ(gasloc.outer().eta(), 0.7f);
+  EXPECT_FLOAT_EQ(gasloc.outer().gamma(), 0.9f);
+  EXPECT_EQ(gasloc.outer().topology(), v1::TOPOLOGY_RANDOM_ONE_PEER);
+  EXPECT_EQ(gasloc.outer().budget_policy(), v1::BUDGET_POLICY_ADAPTIVE);
+  EXPECT_FLOAT_EQ(gasloc.training().adamw().beta2(), 0.95f);
+
+  spec.mutable_outer()->set_algorithm(v1::ALGORITHM_DPSGD);
+  v1::JobSpec dpsgd = ApplyJobSpecDefaults(spec);
+  EXPECT_EQ(dpsgd.outer().local_steps(), 1u);
+  EXPECT_FLOAT_EQ(dpsgd.outer().eta(), 1.0f);
+  EXPECT_FLOAT_EQ(dpsgd.outer().gamma(), 0.0f);
+
+  spec.mutable_outer()->set_algorithm(v1::ALGORITHM_LOCAL_SGD);
+  v1::JobSpec local = ApplyJobSpecDefaults(spec);
+  EXPECT_EQ(local.outer().topology(), v1::TOPOLOGY_COMPLETE);
+  EXPECT_FLOAT_EQ(local.outer().lr(), 1.0f);
+  EXPECT_FLOAT_EQ(local.outer().mu(), 0.0f);
+  EXPECT_EQ(local.outer().budget_policy(), v1::BUDGET_POLICY_UNIFORM);
+}
+
+TEST(JobSpec, MinimalSpecIsValid) {
+  EXPECT_TRUE(ValidateJobSpec(MinimalSpec()).ok())
+      << ValidateJobSpec(MinimalSpec());
+}
+
+struct BadField {
+  const char* field;
+  void (*mutate)(v1::JobSpec*);
+};
+
+class JobSpecRejects : public ::testing::TestWithParam<BadField> {};
+
+TEST_P(JobSpecRejects, NamesTheField) {
+  v1::JobSpec spec = MinimalSpec();
+  GetParam().mutate(&spec);
+  absl::Status status = ValidateJobSpec(spec);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()), StartsWith(GetParam().field));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    OutOfRange, JobSpecRejects,
+    ::testing::Values(
+        BadField{"name", [](v1::JobSpec* s) { s->set_name("bad name!"); }},
+        BadField{"model.layers",
+                 [](v1::JobSpec* s) { s->mutable_model()->set_layers(0); }},
+        BadField{"model.heads",
+                 [](v1::JobSpec* s) { s->mutable_model()->set_heads(3); }},
+        BadField{"training.adamw.beta2",
+                 [](v1::JobSpec* s) {
+                   s->mutable_training()->mutable_adamw()->set_beta2(1.0f);
+                 }},
+        BadField{"training.adamw.lr",
+                 [](v1::JobSpec* s) {
+                   s->mutable_training()->mutable_adamw()->set_lr(NAN);
+                 }},
+        BadField{"training.local_rgc.stages",
+                 [](v1::JobSpec* s) {
+                   s->mutable_training()->mutable_local_rgc()->set_stages(9);
+                 }},
+        BadField{"data.corpus_path",
+                 [](v1::JobSpec* s) { s->mutable_data()->clear_corpus_path(); }},
+        BadField{"outer.alpha",
+                 [](v1::JobSpec* s) { s->mutable_outer()->set_alpha(2.0f); }},
+        BadField{"outer.min_local_steps",
+                 [](v1::JobSpec* s) {
+                   s->mutable_outer()->set_local_steps(10);
+                   s->mutable_outer()->set_min_local_steps(11);
+                 }},
+        BadField{"outer.topology",
+                 [](v1::JobSpec* s) {
+                   s->mutable_outer()->set_algorithm(v1::ALGORITHM_DILOCO);
+                   s->mutable_outer()->set_topology(v1::TOPOLOGY_RING);
+                 }},
+        BadField{"exchange.chunk_bytes",
+                 [](v1::JobSpec* s) {
+                   s->mutable_exchange()->set_chunk_bytes(16);
+                 }},
+        BadField{"exchange.encoding",
+                 [](v1::JobSpec* s) {
+                   s->mutable_exchange()->set_encoding(v1::WIRE_ENCODING_INT8);
+                 }},
+        BadField{"stop", [](v1::JobSpec* s) { s->clear_stop(); }},
+        BadField{"max_workers", [](v1::JobSpec* s) {
+                   s->set_min_workers(4);
+                   s->set_max_workers(2);
+                 }}));
+
+TEST(JobSpec, ParsesJsonAndTextFormat) {
+  auto json = ParseJobSpec(R"({"name": "j", "outer": {"algorithm": "ALGORITHM_DILOCO", "gamma": 0}})");
+  ASSERT_TRUE(json.ok()) << json.status();
+  EXPECT_EQ(json->outer().algorithm(), v1::ALGORITHM_DILOCO);
+  EXPECT_TRUE(json->outer().has_gamma());
+
+  auto text = ParseJobSpec("name: \"t\"\nmodel { layers: 2 }\n");
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(text->model().layers(), 2u);
+}
+
+TEST(JobSpec, ParseErrorsNameTheProblem) {
+  auto json = ParseJobSpec(R"({"name": "j", "bogus_field": 1})");
+  EXPECT_EQ(json.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(json.status().message()), HasSubstr("bogus_field"));
+  auto text = ParseJobSpec("model { layerz: 2 }");
+  EXPECT_EQ(text.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(text.status().message()), HasSubstr("layerz"));
+}
+
+TEST(JobSpec, ParameterCountMatchesTheFormula) {
+  v1::ModelSpec m;
+  m.set_layers(4);
+  m.set_d_model(256);
+  m.set_heads(4);
+  m.set_context(256);
+  // 4*(12*65536 + 13*256) + 256*(512 + 256 + 2)
+  EXPECT_EQ(ModelParameterCount(m), 4u * (786432 + 3328) + 256u * 770);
+}
+
+}  // namespace
+}  // namespace gasloc
