@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/arena.h"
@@ -20,9 +21,10 @@ struct InnerStepResult {
   uint64_t tokens = 0;   // bytes of training input consumed
 };
 
-// Extra state stored in a checkpoint next to the trainer's own.
-struct CheckpointExtras {
-  std::map<std::string, const FloatArena*> buffers;   // when saving
+// Extra state stored in a checkpoint next to the trainer's own (the outer
+// optimizer's buffers and the round number).
+struct OuterCheckpointState {
+  std::map<std::string, std::vector<float>> buffers;
   std::map<std::string, std::string> values;
 };
 
@@ -41,13 +43,12 @@ class InnerTrainer {
   virtual absl::Status ApplyGradients() = 0;
   // Validation bits per byte of params().
   virtual absl::StatusOr<float> EvaluateBpb() = 0;
-  // Checkpoint of the trainer state plus `extras`; Load returns the extras
-  // (buffers are copied into the arenas named in `restore_into`).
+  // Checkpoint of the trainer state plus the outer state; Load restores
+  // the trainer and returns the outer state saved with it.
   virtual absl::Status SaveCheckpoint(const std::string& path,
-                                      const CheckpointExtras& extras) = 0;
-  virtual absl::StatusOr<std::map<std::string, std::string>> LoadCheckpoint(
-      const std::string& path,
-      const std::map<std::string, FloatArena*>& restore_into) = 0;
+                                      const OuterCheckpointState& outer) = 0;
+  virtual absl::StatusOr<OuterCheckpointState> LoadCheckpoint(
+      const std::string& path) = 0;
 };
 
 }  // namespace gasloc

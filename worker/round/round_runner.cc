@@ -288,27 +288,34 @@ absl::Status RoundRunner::DataParallelStep(const v1::Assignment& assignment,
 }
 
 absl::Status RoundRunner::SaveCheckpoint(const std::string& path) {
-  CheckpointExtras extras;
-  extras.buffers[kPrevIterate] = &y_prev_;
-  extras.buffers[kMomentum] = &momentum_;
-  extras.values[kNextRound] = absl::StrCat(next_round_);
-  extras.values[kJobId] = absl::StrCat(options_.job_id);
-  return trainer_->SaveCheckpoint(path, extras);
+  OuterCheckpointState outer;
+  outer.buffers[kPrevIterate].assign(y_prev_.flat().begin(), y_prev_.flat().end());
+  outer.buffers[kMomentum].assign(momentum_.flat().begin(), momentum_.flat().end());
+  outer.values[kNextRound] = absl::StrCat(next_round_);
+  outer.values[kJobId] = absl::StrCat(options_.job_id);
+  return trainer_->SaveCheckpoint(path, outer);
 }
 
 absl::Status RoundRunner::LoadCheckpoint(const std::string& path) {
-  ASSIGN_OR_RETURN(auto values,
-                   trainer_->LoadCheckpoint(
-                       path, {{kPrevIterate, &y_prev_}, {kMomentum, &momentum_}}));
+  ASSIGN_OR_RETURN(OuterCheckpointState outer, trainer_->LoadCheckpoint(path));
   uint64_t job_id = 0, next_round = 0;
-  if (!absl::SimpleAtoi(values[kJobId], &job_id) ||
-      !absl::SimpleAtoi(values[kNextRound], &next_round))
+  if (!absl::SimpleAtoi(outer.values[kJobId], &job_id) ||
+      !absl::SimpleAtoi(outer.values[kNextRound], &next_round))
     return absl::DataLossError(
         absl::StrCat("checkpoint ", path, " lacks the outer round state"));
   if (job_id != options_.job_id)
     return absl::FailedPreconditionError(
         absl::StrCat("checkpoint ", path, " is of job ", job_id,
                      ", not job ", options_.job_id));
+  for (auto [name, arena] : {std::pair<const char*, FloatArena*>{kPrevIterate, &y_prev_},
+                             {kMomentum, &momentum_}}) {
+    const std::vector<float>& buffer = outer.buffers[name];
+    if (buffer.size() != arena->size())
+      return absl::DataLossError(absl::StrCat(
+          "checkpoint ", path, ": ", name, " has ", buffer.size(),
+          " floats, the model needs ", arena->size()));
+    std::copy(buffer.begin(), buffer.end(), arena->data());
+  }
   next_round_ = next_round;
   return absl::OkStatus();
 }
