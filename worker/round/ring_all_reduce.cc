@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "worker/exchange/wire_codec.h"
 
 namespace gasloc {
 namespace {
@@ -11,18 +12,6 @@ namespace {
 constexpr uint64_t kAlign = 16;
 
 int Mod(int a, int n) { return ((a % n) + n) % n; }
-
-float RoundToBf16(float x) {
-  uint32_t bits;
-  std::memcpy(&bits, &x, 4);
-  if ((bits & 0x7F800000u) == 0x7F800000u) return x;  // inf / nan unchanged
-  const uint32_t lsb = (bits >> 16) & 1u;
-  bits += 0x7FFFu + lsb;
-  bits &= 0xFFFF0000u;
-  float out;
-  std::memcpy(&out, &bits, 4);
-  return out;
-}
 
 }  // namespace
 
@@ -36,7 +25,7 @@ std::pair<uint64_t, uint64_t> RingSegment(uint64_t size, int n, int s) {
 
 void RoundToWireEncoding(v1::WireEncoding encoding, std::span<float> values) {
   if (encoding != v1::WIRE_ENCODING_BF16) return;
-  for (float& v : values) v = RoundToBf16(v);
+  for (float& v : values) v = Bf16ToFloat(FloatToBf16(v));
 }
 
 RingAllReduceResult RingAllReduceMean(PeerTransport& transport,

@@ -105,12 +105,17 @@ TEST(RoundRunner, GossipPairMovesTheWorkersTogether) {
       EXPECT_GT(r->bytes_sent(), 0u);
       EXPECT_EQ(r->inner_steps(), 5u);
     }
-    // The distance after the outer update is far below the distance of the
-    // post-local iterates the workers exchanged (the pull to +1 / -1).
+    // Averaging removes the gap between the exchanged post-local iterates
+    // (the pull to +1 / -1); what remains is the momentum term. In round 0
+    // (y_prev = theta_0 on both) it is exactly gamma * ||y_1 - y_2||.
     const double after = L2Distance(w[0]->trainer.params().flat(),
                                     w[1]->trainer.params().flat());
     EXPECT_GT(reports[0]->peer_distance(), 0.0f);
-    EXPECT_LT(after, 0.5 * reports[0]->peer_distance()) << "round " << round;
+    EXPECT_LT(after, reports[0]->peer_distance()) << "round " << round;
+    if (round == 0) {
+      EXPECT_NEAR(after, 0.9 * reports[0]->peer_distance(),
+                  1e-4 * reports[0]->peer_distance());
+    }
     EXPECT_EQ(w[0]->runner.next_round(), round + 1);
   }
 }
@@ -126,9 +131,11 @@ TEST(RoundRunner, GossipWithoutMomentumAveragesExactly) {
   auto reports = RunAll(w, {GossipAssignment(0, 1, {2}, 0.5f, 3),
                             GossipAssignment(0, 2, {1}, 0.5f, 3)});
   ASSERT_TRUE(reports[0].ok() && reports[1].ok());
-  EXPECT_EQ(0, std::memcmp(w[0]->trainer.params().data(),
-                           w[1]->trainer.params().data(),
-                           w[0]->trainer.params().size() * 4));
+  // Both hold (y_1 + y_2) / 2, up to float rounding of the two orders.
+  EXPECT_GT(reports[0]->peer_distance(), 1.0f);
+  EXPECT_LT(L2Distance(w[0]->trainer.params().flat(),
+                       w[1]->trainer.params().flat()),
+            1e-5);
 }
 
 TEST(RoundRunner, DiLoCoLeavesWorkersBitIdentical) {
