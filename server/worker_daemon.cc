@@ -66,6 +66,11 @@ void WorkerDaemon::Shutdown(const std::string& reason) {
 
 void WorkerDaemon::SetProgress(const RoundProgress& progress) {
   absl::MutexLock lock(&mu_);
+  if (progress.activity == v1::WORKER_ACTIVITY_EXCHANGING &&
+      progress_.activity() != v1::WORKER_ACTIVITY_EXCHANGING) {
+    GASLOC_LOG(INFO) << "job " << progress_.job_id() << " round "
+                     << progress.round << ": exchanging";
+  }
   progress_.set_round(progress.round);
   progress_.set_inner_step(progress.inner_step);
   progress_.set_train_loss(progress.train_loss);
@@ -258,7 +263,8 @@ absl::Status WorkerDaemon::RunAssignment(const v1::Assignment& assignment) {
   GASLOC_LOG(INFO) << "job " << job->job_id << " round " << assignment.round()
                    << " done: loss " << report->train_loss() << ", val bpb "
                    << report->val_bpb() << ", exchange "
-                   << report->exchange_seconds() << " s, "
+                   << report->exchange_seconds() << " s, peer distance "
+                   << report->peer_distance() << ", "
                    << report->failed_peers_size() << " failed peer(s)";
   absl::Status reported = coordinator_->ReportRound(*report);
   if (!reported.ok())
