@@ -957,7 +957,8 @@ absl::StatusOr<std::optional<v1::Assignment>> Coordinator::TryAssign(
 }
 
 absl::StatusOr<v1::Assignment> Coordinator::GetAssignment(
-    const v1::GetAssignmentRequest& request) {
+    const v1::GetAssignmentRequest& request,
+    const std::function<bool()>& cancelled) {
   if (request.wait_ms() > 60000)
     return absl::InvalidArgumentError(absl::StrCat(
         "wait_ms must be in [0, 60000], got ", request.wait_ms()));
@@ -979,7 +980,7 @@ absl::StatusOr<v1::Assignment> Coordinator::GetAssignment(
     if (!result.ok()) return result.status();
     if (result->has_value()) return std::move(**result);
     const absl::Duration left = give_up - absl::Now();
-    if (left <= absl::ZeroDuration()) break;
+    if (left <= absl::ZeroDuration() || (cancelled && cancelled())) break;
     // Wake on any change, and at least every 500 ms to re-check leases.
     changed_.WaitWithTimeout(&mu_, std::min(left, absl::Milliseconds(500)));
   }

@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -107,8 +108,11 @@ class Coordinator {
   // Long-poll: returns the worker's next assignment at once when there is
   // one, else waits (condition variable) up to request.wait_ms and returns
   // ASSIGNMENT_KIND_NONE.
+  // `cancelled`, if given, is polled at least every 500 ms while waiting;
+  // when it returns true the call returns NONE early.
   absl::StatusOr<v1::Assignment> GetAssignment(
-      const v1::GetAssignmentRequest& request);
+      const v1::GetAssignmentRequest& request,
+      const std::function<bool()>& cancelled = nullptr);
   absl::Status ReportRound(const v1::ReportRoundRequest& request);
 
   // WatchJob: the current status as a SNAPSHOT event and the sequence
