@@ -1,0 +1,280 @@
+// The receive mailbox: commit rule, ordering, duplicate and gap rejection,
+// early chunks, finished rounds, deadlines, and that nothing outside the
+// transfer's range (or after a failure is reported) is written.
+#include "worker/exchange/mailbox.h"
+
+#include <thread>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "worker/exchange/wire_codec.h"
+
+namespace gasloc {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr uint64_t kSelf = 3;
+constexpr uint64_t kPeer = 7;
+constexpr size_t kArena = 1000;
+
+MailboxOptions Options() {
+  MailboxOptions options;
+  options.self_id = kSelf;
+  options.early_chunk_wait = absl::Milliseconds(300);
+  return options;
+}
+
+class MailboxTest : public ::testing::Test {
+ protected:
+  MailboxTest()
+      : mailbox_(Options()),
+        source_(kArena),
+        buffer_(kArena, -1.0f) {
+    for (size_t i = 0; i < kArena; ++i) source_[i] = 0.5f * i;
+  }
+
+  absl::Status Register(absl::Duration timeout = absl::Seconds(10),
+                        uint64_t begin = 100, uint64_t end = 900) {
+    IncomingTransfer in{kPeer, buffer_, begin, end};
+    return mailbox_.Expect(key_, {&in, 1}, absl::Now() + timeout);
+  }
+  // The chunks a correct sender would send for [begin, end).
+  std::vector<v1::ExchangeChunk> Chunks(uint64_t begin = 100,
+                                        uint64_t end = 900,
+                                        uint64_t sender = kPeer) {
+    auto plan = PlanChunks(begin, end, v1::WIRE_ENCODING_FP32, 1024);
+    EXPECT_TRUE(plan.ok());
+    ChunkContext context{key_, sender, begin, end, v1::WIRE_ENCODING_FP32,
+                         kArena};
+    std::vector<v1::ExchangeChunk> chunks(plan->size());
+    for (size_t i = 0; i < plan->size(); ++i)
+      EXPECT_TRUE(EncodeChunk(context, source_, (*plan)[i],
+                              i + 1 == plan->size(), &chunks[i])
+                      .ok());
+    return chunks;
+  }
+  absl::Time Soon() { return absl::Now() + absl::Seconds(10); }
+  void ExpectOutsideRangeUntouched() {
+    for (size_t i = 0; i < 100; ++i) ASSERT_EQ(buffer_[i], -1.0f) << i;
+    for (size_t i = 900; i < kArena; ++i) ASSERT_EQ(buffer_[i], -1.0f) << i;
+  }
+
+  TransferKey key_{4, 12, v1::EXCHANGE_PHASE_GOSSIP, 0};
+  Mailbox mailbox_;
+  std::vector<float> source_;
+  std::vector<float> buffer_;
+};
+
+TEST_F(MailboxTest, CommitsWhenEveryElementArrivedWithTheLastFlag) {
+  ASSERT_TRUE(Register().ok());
+  auto chunks = Chunks();
+  ASSERT_EQ(chunks.size(), 4u);
+  auto stream = mailbox_.OpenStream();
+  for (const auto& c : chunks) ASSERT_TRUE(stream->Accept(c, Soon()).ok());
+  EXPECT_TRUE(stream->committed());
+  stream->End();
+  TransferOutcome out = mailbox_.Await(key_, kPeer);
+  ASSERT_TRUE(out.status.ok()) << out.status;
+  EXPECT_TRUE(out.incoming);
+  EXPECT_EQ(out.peer_id, kPeer);
+  EXPECT_EQ(out.bytes, 800u * 4);
+  for (size_t i = 100; i < 900; ++i) ASSERT_EQ(buffer_[i], source_[i]);
+  ExpectOutsideRangeUntouched();
+  EXPECT_EQ(mailbox_.pending(), 0u);
+}
+
+TEST_F(MailboxTest, StreamEndingWithoutLastChunkFailsUnavailable) {
+  ASSERT_TRUE(Register().ok());
+  auto chunks = Chunks();
+  auto stream = mailbox_.OpenStream();
+  ASSERT_TRUE(stream->Accept(chunks[0], Soon()).ok());
+  ASSERT_TRUE(stream->Accept(chunks[1], Soon()).ok());
+  stream->End();
+  TransferOutcome out = mailbox_.Await(key_, kPeer);
+  EXPECT_EQ(out.status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(out.status.message(), HasSubstr("512 of 800 elements"));
+  ExpectOutsideRangeUntouched();
+}
+
+TEST_F(MailboxTest, DuplicateOverlapAndGapAreRejected) {
+  auto chunks = Chunks();
+  {
+    ASSERT_TRUE(Register().ok());
+    auto stream = mailbox_.OpenStream();
+    ASSERT_TRUE(stream->Accept(chunks[0], Soon()).ok());
+    absl::Status dup = stream->Accept(chunks[0], Soon());
+    EXPECT_EQ(dup.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(dup.message(), HasSubstr("overlaps"));
+    EXPECT_EQ(mailbox_.Await(key_, kPeer).status.code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+  {
+    key_.round = 13;
+    chunks = Chunks();
+    ASSERT_TRUE(Register().ok());
+    auto stream = mailbox_.OpenStream();
+    ASSERT_TRUE(stream->Accept(chunks[0], Soon()).ok());
+    absl::Status gap = stream->Accept(chunks[2], Soon());
+    EXPECT_EQ(gap.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(gap.message(), HasSubstr("skipping elements [356, 612)"));
+    EXPECT_EQ(mailbox_.Await(key_, kPeer).status.code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+}
+
+TEST_F(MailboxTest, LastFlagBeforeTheRangeIsCompleteFails) {
+  ASSERT_TRUE(Register().ok());
+  auto chunks = Chunks();
+  chunks[1].set_last(true);
+  auto stream = mailbox_.OpenStream();
+  ASSERT_TRUE(stream->Accept(chunks[0], Soon()).ok());
+  absl::Status s = stream->Accept(chunks[1], Soon());
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("last chunk ends at element 612"));
+  EXPECT_FALSE(stream->committed());
+  EXPECT_EQ(mailbox_.Await(key_, kPeer).status.code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(MailboxTest, BadChunkFailsTheTransferForGood) {
+  ASSERT_TRUE(Register().ok());
+  auto chunks = Chunks();
+  (*chunks[1].mutable_payload())[3] ^= 0x10;
+  auto stream = mailbox_.OpenStream();
+  ASSERT_TRUE(stream->Accept(chunks[0], Soon()).ok());
+  EXPECT_THAT(stream->Accept(chunks[1], Soon()).message(),
+              HasSubstr("bad checksum"));
+  // A second stream with perfect chunks cannot revive it.
+  auto retry = mailbox_.OpenStream();
+  auto fresh = Chunks();
+  absl::Status s;
+  for (const auto& c : fresh) {
+    s = retry->Accept(c, Soon());
+    if (!s.ok()) break;
+  }
+  EXPECT_FALSE(s.ok());
+  EXPECT_FALSE(retry->committed());
+  TransferOutcome out = mailbox_.Await(key_, kPeer);
+  EXPECT_EQ(out.status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(out.status.message(), HasSubstr("bad checksum"));
+}
+
+TEST_F(MailboxTest, EarlyChunkWaitsForTheRegistration) {
+  auto chunks = Chunks();
+  std::thread receiver([&] {
+    absl::SleepFor(absl::Milliseconds(50));
+    ASSERT_TRUE(Register().ok());
+  });
+  auto stream = mailbox_.OpenStream();
+  for (const auto& c : chunks) ASSERT_TRUE(stream->Accept(c, Soon()).ok());
+  receiver.join();
+  EXPECT_TRUE(mailbox_.Await(key_, kPeer).status.ok());
+}
+
+TEST_F(MailboxTest, ChunkNobodyRegistersIsRejectedAfterTheBoundedWait) {
+  auto chunks = Chunks();
+  auto stream = mailbox_.OpenStream();
+  const absl::Time start = absl::Now();
+  absl::Status s = stream->Accept(chunks[0], Soon());
+  const absl::Duration waited = absl::Now() - start;
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("expects no transfer"));
+  EXPECT_GE(waited, absl::Milliseconds(290));
+  EXPECT_LT(waited, absl::Seconds(3));
+}
+
+TEST_F(MailboxTest, EarlyWaitNeverOutlastsTheStreamDeadline) {
+  auto chunks = Chunks();
+  auto stream = mailbox_.OpenStream();
+  const absl::Time start = absl::Now();
+  EXPECT_FALSE(
+      stream->Accept(chunks[0], start + absl::Milliseconds(50)).ok());
+  EXPECT_LT(absl::Now() - start, absl::Milliseconds(250));
+}
+
+TEST_F(MailboxTest, FinishedRoundAndUnnamedSenderAreRejectedAtOnce) {
+  ASSERT_TRUE(Register().ok());  // round 12: rounds < 12 are finished
+  key_.round = 11;
+  auto old_round = Chunks();
+  key_.round = 12;
+  auto stranger = Chunks(100, 900, /*sender=*/8);
+  const absl::Time start = absl::Now();
+  absl::Status s = mailbox_.OpenStream()->Accept(old_round[0], Soon());
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("already finished"));
+  s = mailbox_.OpenStream()->Accept(stranger[0], Soon());
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(),
+              HasSubstr("sender 8 is not a peer of worker 3 in round 12"));
+  EXPECT_LT(absl::Now() - start, absl::Milliseconds(200));
+  // The registered transfer is unharmed.
+  auto stream = mailbox_.OpenStream();
+  for (const auto& c : Chunks()) ASSERT_TRUE(stream->Accept(c, Soon()).ok());
+  EXPECT_TRUE(mailbox_.Await(key_, kPeer).status.ok());
+  // And FinishRound closes round 12 too.
+  mailbox_.FinishRound(4, 12);
+  EXPECT_EQ(mailbox_.OpenStream()->Accept(Chunks()[0], Soon()).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(Register().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(MailboxTest, WrongJobFromAnExpectedSenderIsRejectedAtOnce) {
+  ASSERT_TRUE(Register().ok());
+  key_.job_id = 5;
+  auto other_job = Chunks();
+  key_.job_id = 4;
+  const absl::Time start = absl::Now();
+  absl::Status s = mailbox_.OpenStream()->Accept(other_job[0], Soon());
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("expects job 4"));
+  EXPECT_LT(absl::Now() - start, absl::Milliseconds(200));
+}
+
+TEST_F(MailboxTest, DeadlinePassesMidTransfer) {
+  ASSERT_TRUE(Register(absl::Milliseconds(100)).ok());
+  auto chunks = Chunks();
+  auto stream = mailbox_.OpenStream();
+  ASSERT_TRUE(stream->Accept(chunks[0], Soon()).ok());
+  const absl::Time start = absl::Now();
+  TransferOutcome out = mailbox_.Await(key_, kPeer);
+  EXPECT_EQ(out.status.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(out.status.message(), HasSubstr("256 of 800"));
+  EXPECT_LT(absl::Now() - start, absl::Milliseconds(200));
+  // The late rest is refused and writes nothing.
+  std::vector<float> before = buffer_;
+  absl::Status late = stream->Accept(chunks[1], Soon());
+  EXPECT_EQ(late.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(buffer_, before);
+  // A new stream for the ended transfer is refused at once.
+  EXPECT_EQ(mailbox_.OpenStream()->Accept(chunks[0], Soon()).code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(MailboxTest, RegistrationErrors) {
+  IncomingTransfer bad{kPeer, buffer_, 500, 1001};
+  EXPECT_EQ(mailbox_.Expect(key_, {&bad, 1}, Soon()).code(),
+            absl::StatusCode::kInvalidArgument);
+  IncomingTransfer twice[2] = {{kPeer, buffer_, 0, 10},
+                               {kPeer, buffer_, 10, 20}};
+  EXPECT_EQ(mailbox_.Expect(key_, twice, Soon()).code(),
+            absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(Register().ok());
+  EXPECT_EQ(Register().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(mailbox_.Await(key_, 99).status.code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(MailboxTest, EmptyRangeCommitsOnItsSingleLastChunk) {
+  ASSERT_TRUE(Register(absl::Seconds(10), 500, 500).ok());
+  auto chunks = Chunks(500, 500);
+  ASSERT_EQ(chunks.size(), 1u);
+  auto stream = mailbox_.OpenStream();
+  ASSERT_TRUE(stream->Accept(chunks[0], Soon()).ok());
+  EXPECT_TRUE(mailbox_.Await(key_, kPeer).status.ok());
+}
+
+}  // namespace
+}  // namespace gasloc

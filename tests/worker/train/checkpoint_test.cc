@@ -1,0 +1,185 @@
+#include "worker/train/checkpoint.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace gasloc {
+namespace {
+
+std::shared_ptr<const ArenaLayout> Layout(int rows) {
+  return std::make_shared<ArenaLayout>(std::vector<TensorSpec>{
+      {"w", {rows, 3}, true}, {"b", {3}, false}});
+}
+
+void Fill(FloatArena* a, float base) {
+  for (size_t i = 0; i < a->size(); ++i) a->data()[i] = base + 0.25f * i;
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+void WriteAll(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+class CheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("ckpt_test." + std::to_string(::getpid()));
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    path_ = (dir_ / "run.ckpt").string();
+    Fill(&params_, 1.0f);
+    Fill(&m_, -2.0f);
+    Fill(&v_, 3.0f);
+    extras_.buffers["outer.y_prev"] = {1.5f, -2.5f, 3.5f};
+    extras_.buffers["empty"] = {};
+    extras_.values["round"] = "17";
+    extras_.values["job"] = std::string("id\0with-nul", 11);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  CheckpointView View() {
+    CheckpointView view;
+    view.config = {.layers = 2, .d_model = 8, .heads = 2, .context = 16};
+    view.params = &params_;
+    view.adam_m = &m_;
+    view.adam_v = &v_;
+    view.adam_step = 41;
+    view.step = 42;
+    view.data_cursor = 672;
+    view.extras = &extras_;
+    return view;
+  }
+
+  std::filesystem::path dir_;
+  std::string path_;
+  std::shared_ptr<const ArenaLayout> layout_ = Layout(5);
+  FloatArena params_{layout_}, m_{layout_}, v_{layout_};
+  CheckpointExtras extras_;
+};
+
+TEST_F(CheckpointTest, RoundTripsEverything) {
+  ASSERT_TRUE(WriteCheckpoint(path_, View()).ok());
+  // Only the final file remains (the temporary was renamed).
+  int files = 0;
+  for ([[maybe_unused]] const auto& e :
+       std::filesystem::directory_iterator(dir_))
+    ++files;
+  EXPECT_EQ(files, 1);
+
+  auto state = ReadCheckpoint(path_, layout_);
+  ASSERT_TRUE(state.ok()) << state.status();
+  const CheckpointState& s = **state;
+  EXPECT_EQ(s.config.layers, 2);
+  EXPECT_EQ(s.config.d_model, 8);
+  EXPECT_EQ(s.config.heads, 2);
+  EXPECT_EQ(s.config.context, 16);
+  EXPECT_EQ(s.adam_step, 41u);
+  EXPECT_EQ(s.step, 42u);
+  EXPECT_EQ(s.data_cursor, 672u);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    ASSERT_EQ(s.params.data()[i], params_.data()[i]);
+    ASSERT_EQ(s.adam_m.data()[i], m_.data()[i]);
+    ASSERT_EQ(s.adam_v.data()[i], v_.data()[i]);
+  }
+  EXPECT_EQ(s.extras.buffers, extras_.buffers);
+  EXPECT_EQ(s.extras.values, extras_.values);
+
+  auto config = ReadCheckpointConfig(path_);
+  ASSERT_TRUE(config.ok());
+  EXPECT_EQ(config->d_model, 8);
+
+  // Overwriting replaces the file atomically with the new state.
+  CheckpointView view = View();
+  view.step = 43;
+  view.extras = nullptr;
+  ASSERT_TRUE(WriteCheckpoint(path_, view).ok());
+  auto again = ReadCheckpoint(path_, layout_);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ((*again)->step, 43u);
+  EXPECT_TRUE((*again)->extras.buffers.empty());
+}
+
+TEST_F(CheckpointTest, RefusesAFlippedByteAnywhere) {
+  ASSERT_TRUE(WriteCheckpoint(path_, View()).ok());
+  const std::string good = ReadAll(path_);
+  // Every byte after the magic, version and length fields.
+  for (size_t pos = 24; pos < good.size(); pos += 7) {
+    std::string bad = good;
+    bad[pos] ^= 0x10;
+    WriteAll(path_, bad);
+    auto state = ReadCheckpoint(path_, layout_);
+    ASSERT_EQ(state.status().code(), absl::StatusCode::kDataLoss) << pos;
+    ASSERT_NE(state.status().message().find("CRC-32C mismatch"),
+              std::string::npos)
+        << state.status();
+  }
+  std::string bad_magic = good;
+  bad_magic[0] = 'X';
+  WriteAll(path_, bad_magic);
+  EXPECT_NE(ReadCheckpoint(path_, layout_).status().message().find("magic"),
+            std::string::npos);
+}
+
+TEST_F(CheckpointTest, RefusesATruncatedFile) {
+  ASSERT_TRUE(WriteCheckpoint(path_, View()).ok());
+  const std::string good = ReadAll(path_);
+  for (size_t keep : {good.size() - 1, good.size() / 2, size_t{30}, size_t{0}}) {
+    WriteAll(path_, good.substr(0, keep));
+    auto state = ReadCheckpoint(path_, layout_);
+    EXPECT_EQ(state.status().code(), absl::StatusCode::kDataLoss) << keep;
+    EXPECT_NE(state.status().message().find("damaged"), std::string::npos)
+        << state.status();
+  }
+  WriteAll(path_, good.substr(0, good.size() - 1));
+  EXPECT_NE(ReadCheckpoint(path_, layout_).status().message().find("truncated"),
+            std::string::npos);
+}
+
+TEST_F(CheckpointTest, RefusesAnotherVersion) {
+  ASSERT_TRUE(WriteCheckpoint(path_, View()).ok());
+  std::string bytes = ReadAll(path_);
+  bytes[8] = 2;  // the version field follows the 8-byte magic
+  WriteAll(path_, bytes);
+  auto state = ReadCheckpoint(path_, layout_);
+  EXPECT_EQ(state.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(state.status().message().find("format version 2"),
+            std::string::npos)
+      << state.status();
+}
+
+TEST_F(CheckpointTest, RefusesAnotherLayout) {
+  ASSERT_TRUE(WriteCheckpoint(path_, View()).ok());
+  auto state = ReadCheckpoint(path_, Layout(6));
+  EXPECT_EQ(state.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(state.status().message().find("another layout"), std::string::npos)
+      << state.status();
+  // Same sizes, other names: the fingerprint still tells them apart.
+  auto renamed = std::make_shared<ArenaLayout>(std::vector<TensorSpec>{
+      {"w2", {5, 3}, true}, {"b", {3}, false}});
+  EXPECT_EQ(ReadCheckpoint(path_, renamed).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(CheckpointTest, MissingFileAndBadArguments) {
+  EXPECT_EQ(ReadCheckpoint((dir_ / "nope").string(), layout_).status().code(),
+            absl::StatusCode::kNotFound);
+  CheckpointView view = View();
+  view.adam_m = nullptr;
+  EXPECT_EQ(WriteCheckpoint(path_, view).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(
+      WriteCheckpoint((dir_ / "no-such-dir" / "x.ckpt").string(), View()).ok());
+}
+
+}  // namespace
+}  // namespace gasloc

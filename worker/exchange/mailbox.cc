@@ -1,0 +1,323 @@
+#include "worker/exchange/mailbox.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+
+namespace gasloc {
+
+struct Mailbox::Transfer {
+  enum class State { kOpen, kCommitted, kFailed };
+  ChunkExpectation expect;
+  std::span<float> buffer;
+  absl::Time deadline;
+  absl::Time started;
+  absl::Time ended;
+  State state = State::kOpen;
+  absl::Status error;
+  uint64_t next_offset = 0;  // the next element the transfer expects
+  uint64_t bytes = 0;        // payload bytes accepted
+  bool bound = false;        // a stream delivers to it
+  bool busy = false;         // a chunk is being validated / decoded
+
+  std::string Describe() const {
+    return absl::StrCat("receive of ", DescribeKey(expect.key),
+                        " from peer ", expect.sender_id, " at worker ",
+                        expect.receiver_id);
+  }
+};
+
+Mailbox::Mailbox(MailboxOptions options) : options_(std::move(options)) {}
+Mailbox::~Mailbox() = default;
+
+Mailbox::Key Mailbox::MakeKey(const TransferKey& key, uint64_t sender) {
+  return {key.job_id, key.round, static_cast<int>(key.phase), key.step,
+          sender};
+}
+
+absl::Status Mailbox::Expect(const TransferKey& key,
+                             std::span<const IncomingTransfer> receives,
+                             absl::Time deadline) {
+  std::set<uint64_t> peers;
+  for (const IncomingTransfer& r : receives) {
+    if (r.range_begin > r.range_end || r.range_end > r.buffer.size())
+      return absl::InvalidArgumentError(absl::StrCat(
+          "receive from peer ", r.peer_id, ": range [", r.range_begin, ", ",
+          r.range_end, ") does not fit a buffer of ", r.buffer.size(),
+          " elements"));
+    if (!peers.insert(r.peer_id).second)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "two receives from peer ", r.peer_id, " for ", DescribeKey(key)));
+  }
+  const absl::Time now = absl::Now();
+  absl::MutexLock lock(&mu_);
+  auto finished = finished_below_.find(key.job_id);
+  if (finished != finished_below_.end() && key.round < finished->second)
+    return absl::FailedPreconditionError(
+        absl::StrCat("round ", key.round, " of job ", key.job_id,
+                     " is already finished on worker ", options_.self_id));
+  for (const IncomingTransfer& r : receives) {
+    if (transfers_.count(MakeKey(key, r.peer_id)) > 0)
+      return absl::AlreadyExistsError(
+          absl::StrCat("a receive of ", DescribeKey(key), " from peer ",
+                       r.peer_id, " is already registered"));
+  }
+  for (const IncomingTransfer& r : receives) {
+    auto transfer = std::make_shared<Transfer>();
+    transfer->expect = {key,           r.peer_id,   options_.self_id,
+                        r.range_begin, r.range_end, r.buffer.size()};
+    transfer->buffer = r.buffer;
+    transfer->deadline = deadline;
+    transfer->started = now;
+    transfer->next_offset = r.range_begin;
+    const Key k = MakeKey(key, r.peer_id);
+    ended_.erase(k);
+    transfers_[k] = std::move(transfer);
+  }
+  uint64_t& below = finished_below_[key.job_id];
+  below = std::max(below, key.round);
+  changed_.SignalAll();
+  return absl::OkStatus();
+}
+
+TransferOutcome Mailbox::Await(const TransferKey& key, uint64_t peer_id) {
+  TransferOutcome outcome;
+  outcome.peer_id = peer_id;
+  outcome.incoming = true;
+  const Key k = MakeKey(key, peer_id);
+  absl::MutexLock lock(&mu_);
+  auto it = transfers_.find(k);
+  if (it == transfers_.end()) {
+    outcome.status = absl::FailedPreconditionError(
+        absl::StrCat("no receive of ", DescribeKey(key), " from peer ",
+                     peer_id, " is registered at worker ", options_.self_id));
+    return outcome;
+  }
+  std::shared_ptr<Transfer> t = it->second;
+  while (t->state == Transfer::State::kOpen && absl::Now() < t->deadline)
+    changed_.WaitWithDeadline(&mu_, t->deadline);
+  if (t->state == Transfer::State::kOpen) {
+    const uint64_t total = t->expect.range_end - t->expect.range_begin;
+    FailLocked(*t, absl::DeadlineExceededError(absl::StrCat(
+                       t->Describe(), ": deadline passed after ",
+                       t->next_offset - t->expect.range_begin, " of ", total,
+                       " elements")));
+  }
+  // A decode in flight finishes within one chunk; wait for it so the
+  // caller owns the buffer again when this returns.
+  while (t->busy) changed_.Wait(&mu_);
+  transfers_.erase(k);
+  if (ended_.insert(k).second) ended_order_.push_back(k);
+  while (ended_order_.size() > options_.remembered_transfers) {
+    ended_.erase(ended_order_.front());
+    ended_order_.pop_front();
+  }
+  outcome.status = t->state == Transfer::State::kCommitted
+                       ? absl::OkStatus()
+                       : t->error;
+  outcome.bytes = t->bytes;
+  outcome.seconds = absl::ToDoubleSeconds(t->ended - t->started);
+  return outcome;
+}
+
+void Mailbox::FinishRound(uint64_t job_id, uint64_t round) {
+  absl::MutexLock lock(&mu_);
+  uint64_t& below = finished_below_[job_id];
+  below = std::max(below, round + 1);
+  changed_.SignalAll();
+}
+
+size_t Mailbox::pending() const {
+  absl::MutexLock lock(&mu_);
+  return transfers_.size();
+}
+
+std::unique_ptr<Mailbox::InboundStream> Mailbox::OpenStream() {
+  return std::unique_ptr<InboundStream>(new InboundStream(this));
+}
+
+void Mailbox::FailLocked(Transfer& transfer, absl::Status status) {
+  if (transfer.state != Transfer::State::kOpen) return;
+  transfer.state = Transfer::State::kFailed;
+  transfer.error = std::move(status);
+  transfer.ended = absl::Now();
+  changed_.SignalAll();
+}
+
+// Why a chunk with header `h` has no registration, if that is already
+// certain; OK if a registration may still come. With `final_check` the
+// answer is never OK.
+absl::Status Mailbox::UnexpectedLocked(const v1::ChunkHeader& h,
+                                       bool final_check) {
+  const TransferKey key{h.job_id(), h.round(), h.phase(), h.step()};
+  const std::string what =
+      absl::StrCat(DescribeKey(key), " from sender ", h.sender_id());
+  auto finished = finished_below_.find(h.job_id());
+  if (finished != finished_below_.end() && h.round() < finished->second)
+    return absl::FailedPreconditionError(
+        absl::StrCat("chunk of ", what, ": round ", h.round(), " of job ",
+                     h.job_id(), " is already finished on worker ",
+                     options_.self_id));
+  if (ended_.count(MakeKey(key, h.sender_id())) > 0)
+    return absl::FailedPreconditionError(
+        absl::StrCat("chunk of ", what, ": that transfer already ended on "
+                     "worker ", options_.self_id));
+  for (const auto& [k, t] : transfers_) {
+    const ChunkExpectation& e = t->expect;
+    if (e.key.job_id == key.job_id && e.key.round == key.round &&
+        e.key.phase == key.phase && e.key.step == key.step)
+      return absl::FailedPreconditionError(
+          absl::StrCat("sender ", h.sender_id(), " is not a peer of worker ",
+                       options_.self_id, " in round ", h.round(), " (",
+                       DescribeKey(key), ")"));
+    if (e.sender_id == h.sender_id() && e.key.job_id != key.job_id)
+      return absl::FailedPreconditionError(absl::StrCat(
+          "chunk is for job ", key.job_id, ", worker ", options_.self_id,
+          " expects job ", e.key.job_id, " from sender ", h.sender_id()));
+  }
+  if (final_check)
+    return absl::FailedPreconditionError(absl::StrCat(
+        "worker ", options_.self_id, " expects no transfer of ", what,
+        " (waited ", absl::FormatDuration(options_.early_chunk_wait),
+        " for it to be registered)"));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<Mailbox::Transfer>> Mailbox::Bind(
+    const v1::ChunkHeader& h, absl::Time deadline) {
+  const TransferKey key{h.job_id(), h.round(), h.phase(), h.step()};
+  const Key k = MakeKey(key, h.sender_id());
+  const absl::Time give_up =
+      std::min(deadline, absl::Now() + options_.early_chunk_wait);
+  absl::MutexLock lock(&mu_);
+  while (true) {
+    auto it = transfers_.find(k);
+    if (it != transfers_.end()) {
+      Transfer& t = *it->second;
+      if (t.bound)
+        return absl::FailedPreconditionError(absl::StrCat(
+            t.Describe(), ": another stream already delivers it"));
+      t.bound = true;
+      return it->second;
+    }
+    const bool final_check = absl::Now() >= give_up;
+    absl::Status why = UnexpectedLocked(h, final_check);
+    if (!why.ok()) return why;
+    changed_.WaitWithDeadline(&mu_, give_up);
+  }
+}
+
+absl::Status Mailbox::Deliver(Transfer& t, const v1::ExchangeChunk& chunk) {
+  ChunkExpectation expect;
+  std::span<float> buffer;
+  uint64_t next = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    if (t.state == Transfer::State::kFailed) return t.error;
+    if (t.state == Transfer::State::kCommitted)
+      return absl::InvalidArgumentError(absl::StrCat(
+          t.Describe(), ": chunk after the last one (already committed)"));
+    t.busy = true;
+    expect = t.expect;
+    buffer = t.buffer;
+    next = t.next_offset;
+  }
+  // Validate and decode outside the lock: other transfers proceed.
+  const v1::ChunkHeader& h = chunk.header();
+  absl::Status status = ValidateChunk(chunk, expect);
+  if (status.ok() && h.offset() != next) {
+    status = absl::InvalidArgumentError(
+        h.offset() < next
+            ? absl::StrCat("chunk [", h.offset(), ", ",
+                           h.offset() + h.length(),
+                           ") overlaps elements already received (next "
+                           "expected element: ",
+                           next, ")")
+            : absl::StrCat("chunk starts at element ", h.offset(),
+                           ", skipping elements [", next, ", ", h.offset(),
+                           "); chunks must arrive in order"));
+  }
+  if (status.ok())
+    status = DecodePayload(chunk.payload(), h.encoding(),
+                           buffer.subspan(h.offset(), h.length()),
+                           h.offset());
+  absl::MutexLock lock(&mu_);
+  t.busy = false;
+  changed_.SignalAll();
+  if (t.state == Transfer::State::kFailed) return t.error;  // deadline
+  if (!status.ok()) {
+    status = absl::Status(status.code(),
+                          absl::StrCat(t.Describe(), ": ", status.message()));
+    FailLocked(t, status);
+    return status;
+  }
+  t.next_offset = h.offset() + h.length();
+  t.bytes += chunk.payload().size();
+  if (chunk.last()) {
+    if (t.next_offset != expect.range_end) {
+      status = absl::InvalidArgumentError(absl::StrCat(
+          t.Describe(), ": last chunk ends at element ", t.next_offset,
+          " but the range ends at ", expect.range_end));
+      FailLocked(t, status);
+      return status;
+    }
+    t.state = Transfer::State::kCommitted;
+    t.ended = absl::Now();
+  }
+  return absl::OkStatus();
+}
+
+void Mailbox::EndStream(Transfer& t, const absl::Status& why) {
+  absl::MutexLock lock(&mu_);
+  t.bound = false;
+  if (t.state != Transfer::State::kOpen) return;
+  if (!why.ok()) {
+    FailLocked(t, absl::Status(why.code(), absl::StrCat(t.Describe(), ": ",
+                                                         why.message())));
+    return;
+  }
+  const uint64_t total = t.expect.range_end - t.expect.range_begin;
+  FailLocked(t, absl::UnavailableError(absl::StrCat(
+                    t.Describe(), ": stream ended after ",
+                    t.next_offset - t.expect.range_begin, " of ", total,
+                    " elements without the last chunk")));
+}
+
+// --- InboundStream ----------------------------------------------------------
+
+Mailbox::InboundStream::~InboundStream() {
+  if (!ended_) End();
+}
+
+absl::Status Mailbox::InboundStream::Accept(const v1::ExchangeChunk& chunk,
+                                            absl::Time deadline) {
+  if (ended_ || failed_)
+    return absl::FailedPreconditionError("chunk on a stream that has ended");
+  if (transfer_ == nullptr) {
+    auto bound = mailbox_->Bind(chunk.header(), deadline);
+    if (!bound.ok()) {
+      failed_ = true;
+      return bound.status();
+    }
+    transfer_ = *std::move(bound);
+    key_ = transfer_->expect.key;
+    sender_id_ = transfer_->expect.sender_id;
+  }
+  absl::Status status = mailbox_->Deliver(*transfer_, chunk);
+  if (!status.ok()) {
+    failed_ = true;
+    return status;
+  }
+  if (chunk.last()) committed_ = true;
+  return absl::OkStatus();
+}
+
+void Mailbox::InboundStream::End(absl::Status why) {
+  if (ended_) return;
+  ended_ = true;
+  if (transfer_ != nullptr) mailbox_->EndStream(*transfer_, why);
+}
+
+}  // namespace gasloc

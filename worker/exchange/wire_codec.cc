@@ -1,0 +1,342 @@
+#include "worker/exchange/wire_codec.h"
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/crc32c.h"
+#include "common/status_macros.h"
+
+namespace gasloc {
+
+static_assert(std::endian::native == std::endian::little,
+              "the wire format is little-endian; this code copies floats "
+              "as they lie in memory");
+
+absl::StatusOr<uint32_t> BytesPerElement(v1::WireEncoding encoding) {
+  switch (encoding) {
+    case v1::WIRE_ENCODING_UNSPECIFIED:
+    case v1::WIRE_ENCODING_FP32:
+      return 4u;
+    case v1::WIRE_ENCODING_BF16:
+      return 2u;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("unsupported wire encoding ", EncodingName(encoding),
+                       " (supported: FP32, BF16)"));
+  }
+}
+
+std::string EncodingName(v1::WireEncoding encoding) {
+  switch (encoding) {
+    case v1::WIRE_ENCODING_UNSPECIFIED:
+      return "UNSPECIFIED";
+    case v1::WIRE_ENCODING_FP32:
+      return "FP32";
+    case v1::WIRE_ENCODING_BF16:
+      return "BF16";
+    case v1::WIRE_ENCODING_INT8:
+      return "INT8";
+    default:
+      return absl::StrCat("unknown(", static_cast<int>(encoding), ")");
+  }
+}
+
+std::string PhaseName(v1::ExchangePhase phase) {
+  switch (phase) {
+    case v1::EXCHANGE_PHASE_GOSSIP:
+      return "GOSSIP";
+    case v1::EXCHANGE_PHASE_REDUCE_SCATTER:
+      return "REDUCE_SCATTER";
+    case v1::EXCHANGE_PHASE_ALL_GATHER:
+      return "ALL_GATHER";
+    case v1::EXCHANGE_PHASE_MODEL:
+      return "MODEL";
+    case v1::EXCHANGE_PHASE_OUTER_STATE:
+      return "OUTER_STATE";
+    case v1::EXCHANGE_PHASE_UNSPECIFIED:
+      return "UNSPECIFIED";
+    default:
+      return absl::StrCat("unknown(", static_cast<int>(phase), ")");
+  }
+}
+
+std::string DescribeKey(const TransferKey& key) {
+  return absl::StrCat("job ", key.job_id, " round ", key.round, " ",
+                      PhaseName(key.phase), " step ", key.step);
+}
+
+// --- bf16 -----------------------------------------------------------------
+
+uint16_t FloatToBf16(float value) {
+  uint32_t u = std::bit_cast<uint32_t>(value);
+  if ((u & 0x7fffffffu) > 0x7f800000u)  // NaN: keep sign, force quiet bit
+    return static_cast<uint16_t>((u >> 16) | 0x0040u);
+  u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest, ties to even
+  return static_cast<uint16_t>(u >> 16);
+}
+
+float Bf16ToFloat(uint16_t bits) {
+  return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16);
+}
+
+float Bf16ToFloatReference(uint16_t bits) {
+  // Decode the fields by hand: sign, 8-bit exponent, 7-bit mantissa.
+  const bool negative = (bits & 0x8000u) != 0;
+  const int exponent = (bits >> 7) & 0xff;
+  const int mantissa = bits & 0x7f;
+  double magnitude;
+  if (exponent == 0xff) {
+    magnitude = mantissa == 0 ? INFINITY : NAN;
+  } else if (exponent == 0) {
+    magnitude = std::ldexp(static_cast<double>(mantissa), -126 - 7);
+  } else {
+    magnitude = std::ldexp(1.0 + mantissa / 128.0, exponent - 127);
+  }
+  return static_cast<float>(negative ? -magnitude : magnitude);
+}
+
+namespace {
+
+// The value of bf16 `bits` as a double, treating an all-ones exponent with
+// a zero mantissa as 2^128 (the next value after the largest finite one in
+// an unbounded exponent range), which is what rounding compares against.
+double Bf16ValueUnbounded(uint16_t bits) {
+  const bool negative = (bits & 0x8000u) != 0;
+  const int exponent = (bits >> 7) & 0xff;
+  const int mantissa = bits & 0x7f;
+  double magnitude;
+  if (exponent == 0) {
+    magnitude = std::ldexp(static_cast<double>(mantissa), -126 - 7);
+  } else {
+    magnitude = std::ldexp(1.0 + mantissa / 128.0, exponent - 127);
+  }
+  return negative ? -magnitude : magnitude;
+}
+
+}  // namespace
+
+uint16_t FloatToBf16Reference(float value) {
+  const uint32_t u = std::bit_cast<uint32_t>(value);
+  if (std::isnan(value)) return static_cast<uint16_t>((u >> 16) | 0x0040u);
+  if (std::isinf(value)) return static_cast<uint16_t>(u >> 16);
+  // The two candidates: truncation towards zero, and the next bf16 away
+  // from zero. Pick the nearer one; on a tie, the one with an even
+  // mantissa.
+  const uint16_t toward_zero = static_cast<uint16_t>(u >> 16);
+  const uint16_t away = static_cast<uint16_t>(toward_zero + 1);
+  const double exact = static_cast<double>(value);
+  if (Bf16ValueUnbounded(toward_zero) == exact) return toward_zero;
+  const double d_zero = std::fabs(exact - Bf16ValueUnbounded(toward_zero));
+  const double d_away = std::fabs(Bf16ValueUnbounded(away) - exact);
+  if (d_zero < d_away) return toward_zero;
+  if (d_away < d_zero) return away;
+  return (toward_zero & 1u) == 0 ? toward_zero : away;
+}
+
+// --- payloads ---------------------------------------------------------------
+
+absl::Status EncodePayload(std::span<const float> values,
+                           v1::WireEncoding encoding, std::string* out) {
+  ASSIGN_OR_RETURN(const uint32_t bytes_per_element,
+                   BytesPerElement(encoding));
+  const size_t start = out->size();
+  out->resize(start + values.size() * bytes_per_element);
+  char* dst = out->data() + start;
+  if (bytes_per_element == 4) {
+    if (!values.empty()) std::memcpy(dst, values.data(), values.size() * 4);
+    return absl::OkStatus();
+  }
+  // BF16. Written through a local array so the loop vectorises.
+  const size_t n = values.size();
+  const float* src = values.data();
+  uint16_t block[1024];
+  for (size_t begin = 0; begin < n; begin += 1024) {
+    const size_t count = std::min<size_t>(1024, n - begin);
+    for (size_t i = 0; i < count; ++i) block[i] = FloatToBf16(src[begin + i]);
+    std::memcpy(dst + begin * 2, block, count * 2);
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+absl::Status NonFiniteError(uint64_t index, float value) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("element ", index, " is not finite (", value,
+                   "); non-finite values are rejected"));
+}
+
+}  // namespace
+
+absl::Status DecodePayload(absl::string_view payload,
+                           v1::WireEncoding encoding, std::span<float> out,
+                           uint64_t first_index) {
+  ASSIGN_OR_RETURN(const uint32_t bytes_per_element,
+                   BytesPerElement(encoding));
+  if (payload.size() != out.size() * bytes_per_element)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "payload has ", payload.size(), " bytes, expected ",
+        out.size() * bytes_per_element, " (", out.size(), " elements of ",
+        EncodingName(encoding), ")"));
+  const size_t n = out.size();
+  float* dst = out.data();
+  uint32_t non_finite = 0;
+  if (bytes_per_element == 4) {
+    if (n > 0) std::memcpy(dst, payload.data(), n * 4);
+    for (size_t i = 0; i < n; ++i) {
+      const uint32_t u = std::bit_cast<uint32_t>(dst[i]);
+      non_finite |= static_cast<uint32_t>((u & 0x7f800000u) == 0x7f800000u);
+    }
+  } else {
+    uint16_t block[1024];
+    for (size_t begin = 0; begin < n; begin += 1024) {
+      const size_t count = std::min<size_t>(1024, n - begin);
+      std::memcpy(block, payload.data() + begin * 2, count * 2);
+      for (size_t i = 0; i < count; ++i) {
+        non_finite |=
+            static_cast<uint32_t>((block[i] & 0x7f80u) == 0x7f80u);
+        dst[begin + i] = Bf16ToFloat(block[i]);
+      }
+    }
+  }
+  if (non_finite != 0) {
+    for (size_t i = 0; i < n; ++i)
+      if (!std::isfinite(dst[i])) return NonFiniteError(first_index + i, dst[i]);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<ChunkSpan>> PlanChunks(uint64_t range_begin,
+                                                  uint64_t range_end,
+                                                  v1::WireEncoding encoding,
+                                                  uint32_t chunk_bytes) {
+  ASSIGN_OR_RETURN(const uint32_t bytes_per_element,
+                   BytesPerElement(encoding));
+  if (range_end < range_begin)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "range [", range_begin, ", ", range_end, ") ends before it begins"));
+  if (chunk_bytes < bytes_per_element)
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk_bytes ", chunk_bytes,
+                     " is smaller than one element (", bytes_per_element,
+                     " bytes)"));
+  const uint64_t per_chunk = chunk_bytes / bytes_per_element;
+  std::vector<ChunkSpan> chunks;
+  if (range_begin == range_end) {
+    chunks.push_back({range_begin, 0});
+    return chunks;
+  }
+  chunks.reserve((range_end - range_begin + per_chunk - 1) / per_chunk);
+  for (uint64_t offset = range_begin; offset < range_end;
+       offset += per_chunk) {
+    chunks.push_back(
+        {offset, static_cast<uint32_t>(std::min(per_chunk, range_end - offset))});
+  }
+  return chunks;
+}
+
+absl::Status EncodeChunk(const ChunkContext& context,
+                         std::span<const float> arena, const ChunkSpan& span,
+                         bool last, v1::ExchangeChunk* chunk) {
+  if (arena.size() != context.arena_elements)
+    return absl::InvalidArgumentError(
+        absl::StrCat("arena has ", arena.size(), " elements, the context says ",
+                     context.arena_elements));
+  if (span.offset < context.range_begin ||
+      span.offset + span.length > context.range_end ||
+      context.range_end > arena.size())
+    return absl::InvalidArgumentError(absl::StrCat(
+        "chunk [", span.offset, ", ", span.offset + span.length,
+        ") is not inside range [", context.range_begin, ", ",
+        context.range_end, ") of an arena of ", arena.size()));
+  v1::ChunkHeader* header = chunk->mutable_header();
+  header->set_job_id(context.key.job_id);
+  header->set_round(context.key.round);
+  header->set_sender_id(context.sender_id);
+  header->set_phase(context.key.phase);
+  header->set_step(context.key.step);
+  header->set_offset(span.offset);
+  header->set_length(span.length);
+  header->set_range_begin(context.range_begin);
+  header->set_range_end(context.range_end);
+  header->set_encoding(context.encoding);
+  header->set_arena_elements(context.arena_elements);
+  std::string* payload = chunk->mutable_payload();
+  payload->clear();
+  RETURN_IF_ERROR(EncodePayload(arena.subspan(span.offset, span.length),
+                                context.encoding, payload));
+  header->set_crc32c(Crc32c(payload->data(), payload->size()));
+  chunk->set_last(last);
+  return absl::OkStatus();
+}
+
+absl::Status ValidateChunk(const v1::ExchangeChunk& chunk,
+                           const ChunkExpectation& expect) {
+  const v1::ChunkHeader& h = chunk.header();
+  const TransferKey& key = expect.key;
+  if (h.job_id() != key.job_id)
+    return absl::FailedPreconditionError(
+        absl::StrCat("chunk is for job ", h.job_id(), ", worker ",
+                     expect.receiver_id, " expects job ", key.job_id));
+  if (h.round() != key.round)
+    return absl::FailedPreconditionError(absl::StrCat(
+        "chunk is for round ", h.round(), " of job ", h.job_id(), ", worker ",
+        expect.receiver_id, " is in round ", key.round));
+  if (h.phase() != key.phase || h.step() != key.step)
+    return absl::FailedPreconditionError(absl::StrCat(
+        "chunk is for phase ", PhaseName(h.phase()), " step ", h.step(),
+        ", worker ", expect.receiver_id, " expects ", PhaseName(key.phase),
+        " step ", key.step));
+  if (h.sender_id() != expect.sender_id)
+    return absl::FailedPreconditionError(
+        absl::StrCat("sender ", h.sender_id(), " is not a peer of worker ",
+                     expect.receiver_id, " in round ", key.round));
+  ASSIGN_OR_RETURN(const uint32_t bytes_per_element,
+                   BytesPerElement(h.encoding()));
+  if (h.arena_elements() != expect.arena_elements)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sender's arena has ", h.arena_elements(), " elements, worker ",
+        expect.receiver_id, "'s has ", expect.arena_elements));
+  if (h.range_begin() != expect.range_begin ||
+      h.range_end() != expect.range_end)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "chunk announces range [", h.range_begin(), ", ", h.range_end(),
+        "), expected [", expect.range_begin, ", ", expect.range_end, ")"));
+  const uint64_t end = h.offset() + h.length();  // no overflow: length < 2^32
+  if (h.offset() < expect.range_begin || end > expect.range_end ||
+      h.offset() > expect.arena_elements || end > expect.arena_elements)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "chunk [", h.offset(), ", ", end, ") lies outside range [",
+        expect.range_begin, ", ", expect.range_end, ") / arena of ",
+        expect.arena_elements, " elements"));
+  const uint64_t expected_bytes =
+      static_cast<uint64_t>(h.length()) * bytes_per_element;
+  if (chunk.payload().size() != expected_bytes)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "payload has ", chunk.payload().size(), " bytes, header says ",
+        h.length(), " elements of ", EncodingName(h.encoding()), " = ",
+        expected_bytes, " bytes"));
+  const uint32_t crc = Crc32c(chunk.payload().data(), chunk.payload().size());
+  if (crc != h.crc32c())
+    return absl::InvalidArgumentError(absl::StrCat(
+        "bad checksum on chunk at offset ", h.offset(), ": header says ",
+        h.crc32c(), ", payload has ", crc));
+  return absl::OkStatus();
+}
+
+absl::Status ValidateAndDecodeChunk(const v1::ExchangeChunk& chunk,
+                                    const ChunkExpectation& expect,
+                                    std::span<float> buffer) {
+  if (buffer.size() != expect.arena_elements)
+    return absl::InternalError(
+        absl::StrCat("receive buffer has ", buffer.size(),
+                     " elements, expected ", expect.arena_elements));
+  RETURN_IF_ERROR(ValidateChunk(chunk, expect));
+  const v1::ChunkHeader& h = chunk.header();
+  return DecodePayload(chunk.payload(), h.encoding(),
+                       buffer.subspan(h.offset(), h.length()), h.offset());
+}
+
+}  // namespace gasloc

@@ -1,0 +1,120 @@
+// The exchange wire format (docs/exchange.md): converting a float range of
+// the arena to a chunk payload (fp32 or bf16, little-endian), splitting a
+// transfer's range into chunks of at most `chunk_bytes` payload bytes,
+// building the v1::ChunkHeader every chunk carries, and checking a received
+// chunk against what the receiver expects, naming what was wrong.
+//
+// The fast bf16 conversions sit beside plain-loop references
+// (FloatToBf16Reference / Bf16ToFloatReference) that the tests compare them
+// against bit for bit.
+//
+// Thread safety: pure functions on their arguments; thread-safe.
+#ifndef GASLOC_WORKER_EXCHANGE_WIRE_CODEC_H_
+#define GASLOC_WORKER_EXCHANGE_WIRE_CODEC_H_
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "gasloc/v1/job.pb.h"
+#include "gasloc/v1/peer.pb.h"
+#include "worker/exchange/peer_transport.h"
+
+namespace gasloc {
+
+// Bytes one element takes on the wire: FP32 (and UNSPECIFIED, which means
+// FP32) 4, BF16 2. INT8 (reserved) and unknown values: INVALID_ARGUMENT.
+absl::StatusOr<uint32_t> BytesPerElement(v1::WireEncoding encoding);
+
+// "FP32", "BF16", ... for messages.
+std::string EncodingName(v1::WireEncoding encoding);
+std::string PhaseName(v1::ExchangePhase phase);
+// "job 4 round 12 GOSSIP step 0", for messages.
+std::string DescribeKey(const TransferKey& key);
+
+// --- bf16 (round to nearest even; NaN stays NaN, quiet) ------------------
+uint16_t FloatToBf16(float value);
+float Bf16ToFloat(uint16_t bits);
+// Plain-loop references, computed differently (by comparing the two
+// neighbouring bf16 values in double precision), for tests.
+uint16_t FloatToBf16Reference(float value);
+float Bf16ToFloatReference(uint16_t bits);
+
+// Appends the payload of `values` in `encoding` to `*out` (resized to hold
+// exactly values.size() * BytesPerElement bytes more).
+absl::Status EncodePayload(std::span<const float> values,
+                           v1::WireEncoding encoding, std::string* out);
+// Decodes `payload` into `out` (payload.size() must be out.size() *
+// BytesPerElement). Fails with INVALID_ARGUMENT naming the first element
+// that is not finite (NaN or +-Inf); `out` may then be partly written.
+// `first_index` is only used in that message (the arena index of out[0]).
+absl::Status DecodePayload(absl::string_view payload,
+                           v1::WireEncoding encoding, std::span<float> out,
+                           uint64_t first_index = 0);
+
+// One chunk of a transfer: elements [offset, offset + length).
+struct ChunkSpan {
+  uint64_t offset = 0;
+  uint32_t length = 0;
+};
+
+// Splits [range_begin, range_end) into consecutive chunks of at most
+// chunk_bytes / BytesPerElement(encoding) elements (at least 1). An empty
+// range gives one chunk of length 0 (so every transfer has a last chunk).
+absl::StatusOr<std::vector<ChunkSpan>> PlanChunks(uint64_t range_begin,
+                                                  uint64_t range_end,
+                                                  v1::WireEncoding encoding,
+                                                  uint32_t chunk_bytes);
+
+// What a sender stamps on every chunk of one transfer.
+struct ChunkContext {
+  TransferKey key;
+  uint64_t sender_id = 0;
+  uint64_t range_begin = 0;
+  uint64_t range_end = 0;
+  v1::WireEncoding encoding = v1::WIRE_ENCODING_FP32;
+  uint64_t arena_elements = 0;
+};
+
+// Fills `*chunk` with the header, payload (arena[span]) and checksum of one
+// chunk; `last` marks the final chunk of the transfer. `arena` is the whole
+// arena (arena.size() == context.arena_elements).
+absl::Status EncodeChunk(const ChunkContext& context,
+                         std::span<const float> arena, const ChunkSpan& span,
+                         bool last, v1::ExchangeChunk* chunk);
+
+// What a receiver expects of every chunk of one transfer.
+struct ChunkExpectation {
+  TransferKey key;
+  uint64_t sender_id = 0;    // the only sender accepted
+  uint64_t receiver_id = 0;  // the local worker (for messages)
+  uint64_t range_begin = 0;
+  uint64_t range_end = 0;
+  uint64_t arena_elements = 0;
+};
+
+// Checks the header of `chunk` against `expect` and its payload against the
+// header (size and CRC-32C); does not decode. Codes:
+//   FAILED_PRECONDITION  wrong job, round, phase or step; a sender that is
+//                        not the expected peer
+//   INVALID_ARGUMENT     range or arena size differs from the expectation,
+//                        offset/length outside the range or the arena,
+//                        payload size != length * bytes per element, bad
+//                        checksum, unknown encoding
+absl::Status ValidateChunk(const v1::ExchangeChunk& chunk,
+                           const ChunkExpectation& expect);
+
+// Validates `chunk` and decodes its payload into arena[offset, offset +
+// length) of `buffer` (the whole-arena-shaped scratch buffer); also
+// rejects non-finite values (INVALID_ARGUMENT).
+absl::Status ValidateAndDecodeChunk(const v1::ExchangeChunk& chunk,
+                                    const ChunkExpectation& expect,
+                                    std::span<float> buffer);
+
+}  // namespace gasloc
+
+#endif  // GASLOC_WORKER_EXCHANGE_WIRE_CODEC_H_

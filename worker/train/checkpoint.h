@@ -1,0 +1,82 @@
+// Checkpoints of one trainer: model config, parameter arena, AdamW state,
+// data cursor, plus named float buffers and string key/values that the
+// caller owns (the worker keeps its outer-optimizer state there, e.g.
+// "outer.y_prev", the round number, the job id). Format in
+// docs/training.md ("Checkpoint format"): little-endian, a versioned
+// header that carries the file's total length, the layout fingerprint, then
+// the sections, then a CRC-32C of every preceding byte.
+//
+// WriteCheckpoint writes `<path>.tmp.<pid>`, fsyncs it, renames it over
+// `path` and fsyncs the directory, so a crash leaves the old file or the
+// new one, never a mix. ReadCheckpoint refuses (with a message naming the
+// path and the problem) a file with a bad magic, another format version,
+// a wrong length (truncated or extended), a checksum mismatch, or a layout
+// other than the expected one.
+//
+// Pure functions over their arguments; thread-safe for distinct paths.
+#ifndef GASLOC_WORKER_TRAIN_CHECKPOINT_H_
+#define GASLOC_WORKER_TRAIN_CHECKPOINT_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/arena.h"
+#include "worker/model/model.h"
+
+namespace gasloc {
+
+inline constexpr uint32_t kCheckpointVersion = 1;
+
+// What the caller stores beside the trainer's own state.
+struct CheckpointExtras {
+  std::map<std::string, std::vector<float>> buffers;
+  std::map<std::string, std::string> values;
+};
+
+// Views of the state to write (nothing is copied).
+struct CheckpointView {
+  ModelConfig config;
+  const FloatArena* params = nullptr;
+  const FloatArena* adam_m = nullptr;
+  const FloatArena* adam_v = nullptr;
+  uint64_t adam_step = 0;    // AdamW steps taken (bias-correction count)
+  uint64_t step = 0;         // trainer steps taken
+  uint64_t data_cursor = 0;  // the sampler's next draw
+  const CheckpointExtras* extras = nullptr;  // may be null
+};
+
+absl::Status WriteCheckpoint(const std::string& path,
+                             const CheckpointView& view);
+
+// The state read back. The arenas use `layout` (the caller's model layout).
+struct CheckpointState {
+  explicit CheckpointState(std::shared_ptr<const ArenaLayout> layout)
+      : params(layout), adam_m(layout), adam_v(layout) {}
+  ModelConfig config;
+  FloatArena params;
+  FloatArena adam_m;
+  FloatArena adam_v;
+  uint64_t adam_step = 0;
+  uint64_t step = 0;
+  uint64_t data_cursor = 0;
+  CheckpointExtras extras;
+};
+
+// DATA_LOSS for damaged files (bad magic, wrong length, checksum),
+// FAILED_PRECONDITION for another format version or a layout that differs
+// from `layout`, NOT_FOUND for a missing file.
+absl::StatusOr<std::unique_ptr<CheckpointState>> ReadCheckpoint(
+    const std::string& path, std::shared_ptr<const ArenaLayout> layout);
+
+// Only the model config stored in a checkpoint (checked like
+// ReadCheckpoint except the layout), to build the model that reads it.
+absl::StatusOr<ModelConfig> ReadCheckpointConfig(const std::string& path);
+
+}  // namespace gasloc
+
+#endif  // GASLOC_WORKER_TRAIN_CHECKPOINT_H_
