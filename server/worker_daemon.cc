@@ -136,8 +136,15 @@ absl::StatusOr<WorkerDaemon::Job*> WorkerDaemon::PrepareJob(
   const int threads = job->spec.training().threads() > 0
                           ? static_cast<int>(job->spec.training().threads())
                           : options_.threads;
+  // Data rank among the epoch's members (the ring lists them all for the
+  // all-reduce algorithms; gossip jobs stride by the job's worker count).
+  const int members = assignment.ring_order_size() > 0
+                          ? assignment.ring_order_size()
+                          : static_cast<int>(std::max<uint32_t>(
+                                assignment.num_workers(), 1));
   ASSIGN_OR_RETURN(job->trainer,
-                   trainer_factory_(job->spec, assignment.rank(), threads));
+                   trainer_factory_(job->spec, static_cast<int>(assignment.rank()),
+                                    members, threads));
   RoundRunnerOptions runner_options;
   runner_options.worker_id = worker_id_.load();
   runner_options.job_id = job->job_id;
@@ -329,16 +336,26 @@ absl::Status WorkerDaemon::Run() {
   return absl::OkStatus();
 }
 
-absl::Status WorkerDaemon::ServeModel(
-    uint64_t job_id,
-    const std::function<absl::Status(uint64_t, std::span<const float>,
-                                     std::span<const float>)>& serve) {
+absl::StatusOr<ModelSnapshot> WorkerDaemon::SnapshotModel(uint64_t job_id) {
   absl::MutexLock job_lock(&job_mu_);
   if (job_ == nullptr || job_->job_id != job_id)
     return absl::FailedPreconditionError(absl::StrCat(
         "worker ", worker_id_.load(), " holds no model of job ", job_id));
-  return serve(job_->runner->next_round(), job_->trainer->params().flat(),
-               job_->runner->previous_iterate().flat());
+  struct Copy {
+    std::vector<float> params, outer;
+  };
+  auto copy = std::make_shared<Copy>();
+  const auto params = job_->trainer->params().flat();
+  const auto outer = job_->runner->previous_iterate().flat();
+  copy->params.assign(params.begin(), params.end());
+  copy->outer.assign(outer.begin(), outer.end());
+  ModelSnapshot snapshot;
+  snapshot.job_id = job_id;
+  snapshot.round = job_->runner->next_round();
+  snapshot.params = copy->params;
+  snapshot.outer_state = copy->outer;
+  snapshot.keep_alive = copy;
+  return snapshot;
 }
 
 }  // namespace gasloc

@@ -25,6 +25,7 @@
 #include "absl/time/time.h"
 #include "gasloc/v1/coordinator.pb.h"
 #include "server/coordinator_client.h"
+#include "worker/exchange/model_fetch.h"
 #include "worker/exchange/peer_transport.h"
 #include "worker/round/inner_trainer.h"
 #include "worker/round/round_runner.h"
@@ -39,9 +40,10 @@ struct WorkerDaemonOptions {
   absl::Duration retry_backoff = absl::Milliseconds(500);
 };
 
-// Creates the trainer of a job (the real one wraps worker/train's Trainer).
+// Creates the trainer of a job (the real one wraps worker/train's Trainer):
+// data rank `rank` of `num_workers`.
 using TrainerFactory = std::function<absl::StatusOr<std::unique_ptr<InnerTrainer>>(
-    const v1::JobSpec& spec, uint32_t rank, int threads)>;
+    const v1::JobSpec& spec, int rank, int num_workers, int threads)>;
 
 // Pulls a running job's model from a member (Peer.FetchModel) into
 // `params` and `outer` (y_{t-1}); returns the member's next round.
@@ -64,14 +66,10 @@ class WorkerDaemon {
   absl::Status Run();
   void Shutdown(const std::string& reason);
 
-  // Serves the current model to a joining worker: calls `serve` with the
-  // job's round, params and y_{t-1} while no round is running. Returns
-  // FAILED_PRECONDITION if this worker has no model of `job_id`.
-  absl::Status ServeModel(
-      uint64_t job_id,
-      const std::function<absl::Status(uint64_t next_round,
-                                       std::span<const float> params,
-                                       std::span<const float> outer)>& serve);
+  // A copy of the current model of `job_id` (params and y_{t-1}) taken
+  // between rounds, for a joining worker's FetchModel; FAILED_PRECONDITION
+  // if this worker holds no model of that job.
+  absl::StatusOr<ModelSnapshot> SnapshotModel(uint64_t job_id);
 
   uint64_t worker_id() const { return worker_id_.load(); }
 
