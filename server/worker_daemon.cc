@@ -37,6 +37,7 @@ absl::StatusOr<uint64_t> WorkerDaemon::Register() {
   while (!stopping_) {
     auto response = coordinator_->Register(options_.info);
     if (response.ok()) {
+      if (identity_listener_) identity_listener_(response->worker_id());
       worker_id_ = response->worker_id();
       GASLOC_LOG(INFO) << "registered as worker " << worker_id_.load()
                        << " (lease " << response->lease_ms() << " ms), peers "

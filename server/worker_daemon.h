@@ -72,6 +72,11 @@ class WorkerDaemon {
   absl::StatusOr<ModelSnapshot> SnapshotModel(uint64_t job_id);
 
   uint64_t worker_id() const { return worker_id_.load(); }
+  // Called with the worker id after every (re-)registration, before the id
+  // is used (the mailbox needs it to check chunks).
+  void SetIdentityListener(std::function<void(uint64_t)> listener) {
+    identity_listener_ = std::move(listener);
+  }
 
  private:
   struct Job;
@@ -88,6 +93,7 @@ class WorkerDaemon {
   const TrainerFactory trainer_factory_;
   const ModelFetcher model_fetcher_;
 
+  std::function<void(uint64_t)> identity_listener_;
   std::atomic<uint64_t> worker_id_{0};
   std::atomic<bool> stopping_{false};
   absl::Notification stopped_;
