@@ -233,6 +233,35 @@ TEST(RoundRunner, NonFiniteLocalStateRestoresTheRoundStart) {
   EXPECT_EQ(runner.next_round(), 0u);
 }
 
+TEST(RoundRunner, CheckpointRestoresTheOuterStateExactly) {
+  InProcessNetwork network;
+  const v1::JobSpec spec = Spec(v1::ALGORITHM_GASLOC, 300);
+  FakeTrainer trainer(FakeLayout(), 1.0f);
+  auto transport = network.Join(1);
+  RoundRunner runner({1, kJob, spec, {}}, &trainer, transport.get(),
+                     &RealClock::Get());
+  for (uint64_t r = 0; r < 2; ++r)
+    ASSERT_TRUE(runner.RunRound(GossipAssignment(r, 1, {}, 0.5f, 3)).ok());
+  ASSERT_TRUE(runner.SaveCheckpoint("mem://ckpt").ok());
+  ASSERT_TRUE(runner.RunRound(GossipAssignment(2, 1, {}, 0.5f, 3)).ok());
+  const FloatArena uninterrupted = trainer.params();
+
+  // Resume in a fresh runner: the momentum buffer y_prev must come back,
+  // or round 2 would differ.
+  RoundRunner resumed({1, kJob, spec, {}}, &trainer, transport.get(),
+                      &RealClock::Get());
+  ASSERT_TRUE(resumed.LoadCheckpoint("mem://ckpt").ok());
+  EXPECT_EQ(resumed.next_round(), 2u);
+  ASSERT_TRUE(resumed.RunRound(GossipAssignment(2, 1, {}, 0.5f, 3)).ok());
+  EXPECT_EQ(0, std::memcmp(uninterrupted.data(), trainer.params().data(),
+                           uninterrupted.size() * 4));
+
+  RoundRunner other_job({1, kJob + 1, spec, {}}, &trainer, transport.get(),
+                        &RealClock::Get());
+  EXPECT_EQ(other_job.LoadCheckpoint("mem://ckpt").code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
 TEST(RoundRunner, RejectsAssignmentsOfAnotherJob) {
   InProcessNetwork network;
   FakeTrainer trainer(FakeLayout(), 1.0f);
