@@ -1,6 +1,7 @@
 #include "worker/exchange/mailbox.h"
 
 #include <algorithm>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -283,6 +284,34 @@ void Mailbox::EndStream(Transfer& t, const absl::Status& why) {
                     t.Describe(), ": stream ended after ",
                     t.next_offset - t.expect.range_begin, " of ", total,
                     " elements without the last chunk")));
+}
+
+std::vector<TransferOutcome> RunTransfers(
+    Mailbox& mailbox, const TransferKey& key,
+    std::span<const OutgoingTransfer> sends,
+    std::span<const IncomingTransfer> receives, absl::Time deadline,
+    const std::function<TransferOutcome(const OutgoingTransfer&)>& send) {
+  std::vector<TransferOutcome> outcomes(sends.size() + receives.size());
+  // Register the receives before anything is sent, so a faster peer's
+  // chunks find them.
+  const absl::Status expected = mailbox.Expect(key, receives, deadline);
+  std::vector<std::thread> senders;
+  senders.reserve(sends.size());
+  for (size_t i = 0; i < sends.size(); ++i)
+    senders.emplace_back(
+        [&, i] { outcomes[i] = send(sends[i]); });
+  for (size_t i = 0; i < receives.size(); ++i) {
+    TransferOutcome& outcome = outcomes[sends.size() + i];
+    if (!expected.ok()) {
+      outcome.peer_id = receives[i].peer_id;
+      outcome.incoming = true;
+      outcome.status = expected;
+      continue;
+    }
+    outcome = mailbox.Await(key, receives[i].peer_id);
+  }
+  for (std::thread& t : senders) t.join();
+  return outcomes;
 }
 
 // --- InboundStream ----------------------------------------------------------

@@ -29,11 +29,13 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
 #include <span>
 #include <tuple>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -114,6 +116,15 @@ class Mailbox {
   std::set<Key> ended_ ABSL_GUARDED_BY(mu_);
   std::deque<Key> ended_order_ ABSL_GUARDED_BY(mu_);
 };
+
+// The common body of PeerTransport::Exchange: registers `receives` in
+// `mailbox`, runs `send` for every send on its own thread, awaits every
+// receive, and returns the outcomes (sends first, in order).
+std::vector<TransferOutcome> RunTransfers(
+    Mailbox& mailbox, const TransferKey& key,
+    std::span<const OutgoingTransfer> sends,
+    std::span<const IncomingTransfer> receives, absl::Time deadline,
+    const std::function<TransferOutcome(const OutgoingTransfer&)>& send);
 
 // Feeds the chunks of one stream to the mailbox. The first chunk binds the
 // stream to its transfer; later chunks must belong to the same transfer.

@@ -37,6 +37,22 @@ ModelConfig ModelConfigFromSpec(const v1::ModelSpec& spec);
 std::vector<TensorSpec> ModelTensors(const ModelConfig& config);
 std::shared_ptr<const ArenaLayout> MakeModelLayout(const ModelConfig& config);
 
+// Positions of the tensors in the table above (entry indices into
+// ArenaLayout::entries(), usable with FloatArena::view()).
+struct BlockTensorIndex {
+  int ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b;
+  int ln2_w, ln2_b, fc_w, fc_b, fc2_w, fc2_b;
+};
+struct ModelTensorIndex {
+  int tok_emb = 0, pos_emb = 1;
+  std::vector<BlockTensorIndex> blocks;
+  int lnf_w = 0, lnf_b = 0, head_w = 0;
+};
+ModelTensorIndex TensorIndex(const ModelConfig& config);
+
+// INVALID_ARGUMENT naming the field when a config cannot build a model.
+absl::Status ValidateModelConfig(const ModelConfig& config);
+
 // Initialises parameters as docs/model.md says (N(0, 0.02) weights, residual
 // projections N(0, 0.02/sqrt(2L)), zero biases, unit LayerNorm gains),
 // deterministically from `seed`.

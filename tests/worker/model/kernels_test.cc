@@ -1,0 +1,261 @@
+// Every fast kernel (worker/model/kernels.h) against its plain-loop
+// reference (worker/model/reference_kernels.h). fp32: max abs error within
+// 1e-5 of the output's max magnitude (only summation order differs). bf16:
+// inputs are rounded to bf16 for both sides, so the only differences are
+// bf16 intermediates/outputs (relative precision 2^-8 = 0.4%): 2e-2 of the
+// output's max magnitude.
+#include "worker/model/kernels.h"
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "worker/model/reference_kernels.h"
+
+namespace gasloc::kernels {
+namespace {
+
+// Inputs and outputs in either precision.
+struct Buf {
+  Buf(size_t n, dt type) : type(type), f(n), b(type == dt::bf16 ? n : 0) {}
+  void* data() { return type == dt::bf16 ? static_cast<void*>(b.data()) : f.data(); }
+  // Sets values (rounded to bf16 when bf16: `f` keeps the rounded values).
+  void Set(const std::vector<float>& v) {
+    f = v;
+    if (type == dt::bf16) {
+      for (size_t i = 0; i < v.size(); ++i) {
+        b[i] = FloatToBf16(v[i]);
+        f[i] = Bf16ToFloat(b[i]);
+      }
+    }
+  }
+  std::vector<float> Get() const {
+    if (type != dt::bf16) return f;
+    std::vector<float> out(b.size());
+    for (size_t i = 0; i < b.size(); ++i) out[i] = Bf16ToFloat(b[i]);
+    return out;
+  }
+  dt type;
+  std::vector<float> f;
+  std::vector<uint16_t> b;
+};
+
+std::vector<float> Random(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(gen);
+  return v;
+}
+
+double RelErr(const std::vector<float>& got, const std::vector<float>& want) {
+  EXPECT_EQ(got.size(), want.size());
+  double max_err = 0, max_ref = 1e-30;
+  for (size_t i = 0; i < want.size(); ++i) {
+    max_err = std::max(max_err, std::fabs(double{got[i]} - want[i]));
+    max_ref = std::max(max_ref, std::fabs(double{want[i]}));
+  }
+  return max_err / max_ref;
+}
+
+double Tol(dt type) { return type == dt::bf16 ? 2e-2 : 1e-5; }
+
+class KernelTest : public ::testing::TestWithParam<dt> {
+ protected:
+  DnnlEnv env_;
+};
+
+TEST_P(KernelTest, LinearMatchesReference) {
+  const dt cdt = GetParam();
+  const int M = 37, K = 48, N = 40;
+  Linear::Options o;
+  o.M = M; o.K = K; o.N = N; o.cdt = cdt; o.y_type = dt::f32;
+  o.dx_type = dt::f32; o.residual = true;
+  Linear linear(&env_, o);
+  Buf x(M * K, cdt), w(N * K, cdt), dy(M * N, cdt);
+  x.Set(Random(M * K, 1));
+  w.Set(Random(N * K, 2, 0.1f));
+  dy.Set(Random(M * N, 3));
+  const std::vector<float> b = Random(N, 4), r = Random(M * N, 5);
+  std::vector<float> y(M * N), dx(M * K), dw(N * K), db(N);
+  linear.Forward(x.data(), w.data(), b.data(), r.data(), y.data());
+  linear.BackwardData(dy.data(), w.data(), dx.data());
+  linear.BackwardWeights(x.data(), dy.data(), dw.data(), db.data());
+  std::vector<float> ry(M * N), rdx(M * K), rdw(N * K), rdb(N);
+  ref::LinearForward(x.f.data(), w.f.data(), b.data(), M, K, N, ry.data());
+  for (int i = 0; i < M * N; ++i) ry[i] += r[i];
+  ref::LinearBackward(x.f.data(), w.f.data(), dy.f.data(), M, K, N,
+                      rdx.data(), rdw.data(), rdb.data());
+  // f32 outputs from bf16 inputs: only accumulation order differs.
+  EXPECT_LT(RelErr(y, ry), 1e-5);
+  EXPECT_LT(RelErr(dx, rdx), 1e-5);
+  EXPECT_LT(RelErr(dw, rdw), 1e-5);
+  EXPECT_LT(RelErr(db, rdb), 1e-5);
+}
+
+TEST_P(KernelTest, LinearComputeTypeOutputsAndNoBias) {
+  const dt cdt = GetParam();
+  const int M = 16, K = 24, N = 20;
+  Linear::Options o;
+  o.M = M; o.K = K; o.N = N; o.cdt = cdt; o.y_type = cdt; o.dx_type = cdt;
+  o.bias = false;
+  Linear linear(&env_, o);
+  Buf x(M * K, cdt), w(N * K, cdt), dy(M * N, cdt), y(M * N, cdt),
+      dx(M * K, cdt);
+  x.Set(Random(M * K, 6));
+  w.Set(Random(N * K, 7, 0.2f));
+  dy.Set(Random(M * N, 8));
+  linear.Forward(x.data(), w.data(), nullptr, nullptr, y.data());
+  linear.BackwardData(dy.data(), w.data(), dx.data());
+  std::vector<float> ry(M * N), rdx(M * K);
+  ref::LinearForward<float>(x.f.data(), w.f.data(), nullptr, M, K, N,
+                            ry.data());
+  ref::LinearBackward<float>(x.f.data(), w.f.data(), dy.f.data(), M, K, N,
+                             rdx.data(), nullptr, nullptr);
+  EXPECT_LT(RelErr(y.Get(), ry), Tol(cdt));
+  EXPECT_LT(RelErr(dx.Get(), rdx), Tol(cdt));
+}
+
+TEST_P(KernelTest, GeluMatchesReference) {
+  const dt type = GetParam();
+  const int n = 1000;
+  Gelu gelu(&env_, n, type);
+  Buf x(n, type), dy(n, type), y(n, type), dx(n, type);
+  x.Set(Random(n, 9, 2.0f));
+  dy.Set(Random(n, 10));
+  gelu.Forward(x.data(), y.data());
+  gelu.Backward(x.data(), dy.data(), dx.data());
+  std::vector<float> ry(n), rdx(n);
+  ref::GeluForward(x.f.data(), n, ry.data());
+  ref::GeluBackward(x.f.data(), dy.f.data(), n, rdx.data());
+  EXPECT_LT(RelErr(y.Get(), ry), Tol(type));
+  EXPECT_LT(RelErr(dx.Get(), rdx), Tol(type));
+}
+
+TEST_P(KernelTest, CausalAttentionMatchesReference) {
+  const dt cdt = GetParam();
+  const int B = 3, T = 17, C = 24, H = 3;
+  CausalAttention attn(&env_, T, C, H, cdt);
+  Buf qkv(B * T * 3 * C, cdt), dout(B * T * C, cdt), out(B * T * C, cdt),
+      dqkv(B * T * 3 * C, cdt);
+  qkv.Set(Random(B * T * 3 * C, 11));
+  dout.Set(Random(B * T * C, 12));
+  attn.Forward(qkv.data(), B, out.data());
+  attn.Backward(qkv.data(), dout.data(), B, dqkv.data());
+  std::vector<float> rout(B * T * C), rdqkv(B * T * 3 * C);
+  ref::AttentionForward(qkv.f.data(), B, T, C, H, rout.data());
+  ref::AttentionBackward(qkv.f.data(), dout.f.data(), B, T, C, H,
+                         rdqkv.data());
+  EXPECT_LT(RelErr(out.Get(), rout), Tol(cdt));
+  // bf16: dqkv goes through bf16 P, dP and dS, three roundings.
+  EXPECT_LT(RelErr(dqkv.Get(), rdqkv), cdt == dt::bf16 ? 3e-2 : 1e-5);
+  // Scratch: one T x T block per head of one sequence (scores f32 + three
+  // compute-type copies), independent of B.
+  EXPECT_LE(attn.scratch_bytes(),
+            size_t{H} * T * T * (4 + 3 * DtSize(cdt)) + 5 * 64);
+}
+
+TEST_P(KernelTest, ConvertRoundTrips) {
+  const dt type = GetParam();
+  const int n = 300;
+  Convert to(&env_, n, dt::f32, type), back(&env_, n, type, dt::f32);
+  Buf mid(n, type);
+  const std::vector<float> x = Random(n, 13);
+  std::vector<float> y(n);
+  to.Run(x.data(), mid.data());
+  back.Run(mid.data(), y.data());
+  for (int i = 0; i < n; ++i) {
+    const float want = type == dt::bf16 ? Bf16ToFloat(FloatToBf16(x[i])) : x[i];
+    EXPECT_EQ(y[i], want) << i;
+  }
+}
+
+TEST_P(KernelTest, ColumnSumMatchesReference) {
+  const dt type = GetParam();
+  const int M = 33, N = 19;
+  Buf x(M * N, type);
+  x.Set(Random(M * N, 14));
+  std::vector<float> out(N), want(N, 0.0f);
+  ColumnSum(x.data(), type, M, N, out.data());
+  for (int m = 0; m < M; ++m) {
+    for (int n = 0; n < N; ++n) want[n] += x.f[m * N + n];
+  }
+  EXPECT_LT(RelErr(out, want), 1e-5);
+}
+
+INSTANTIATE_TEST_SUITE_P(Precisions, KernelTest,
+                         ::testing::Values(dt::f32, dt::bf16),
+                         [](const auto& info) {
+                           return info.param == dt::bf16 ? "bf16" : "fp32";
+                         });
+
+TEST(KernelF32Test, LayerNormMatchesReference) {
+  DnnlEnv env;
+  const int M = 21, C = 40;
+  LayerNorm ln(&env, M, C, 1e-5f);
+  const std::vector<float> x = Random(M * C, 15, 3.0f), g = Random(C, 16),
+                           b = Random(C, 17), dy = Random(M * C, 18);
+  std::vector<float> y(M * C), mean(M), var(M), dx(M * C), dg(C), db(C);
+  ln.Forward(x.data(), g.data(), b.data(), y.data(), mean.data(), var.data());
+  ln.Backward(x.data(), g.data(), mean.data(), var.data(), dy.data(),
+              dx.data(), dg.data(), db.data());
+  std::vector<float> ry(M * C), rmean(M), rvar(M), rdx(M * C), rdg(C), rdb(C);
+  ref::LayerNormForward(x.data(), g.data(), b.data(), M, C, 1e-5f, ry.data(),
+                        rmean.data(), rvar.data());
+  ref::LayerNormBackward(x.data(), g.data(), rmean.data(), rvar.data(),
+                         dy.data(), M, C, 1e-5f, rdx.data(), rdg.data(),
+                         rdb.data());
+  EXPECT_LT(RelErr(y, ry), 1e-5);
+  EXPECT_LT(RelErr(mean, rmean), 1e-5);
+  EXPECT_LT(RelErr(var, rvar), 1e-5);
+  EXPECT_LT(RelErr(dx, rdx), 1e-5);
+  EXPECT_LT(RelErr(dg, rdg), 1e-5);
+  EXPECT_LT(RelErr(db, rdb), 1e-5);
+}
+
+TEST(KernelF32Test, FusedCrossEntropyMatchesReference) {
+  const int B = 3, T = 7, V = 256, M = B * T;
+  std::vector<float> logits = Random(M * V, 19, 2.0f);
+  std::vector<uint8_t> tokens(B * (T + 1));
+  std::mt19937 gen(20);
+  for (auto& t : tokens) t = static_cast<uint8_t>(gen() & 255);
+  std::vector<uint8_t> targets(M);
+  for (int b = 0; b < B; ++b) {
+    for (int t = 0; t < T; ++t) targets[b * T + t] = tokens[b * (T + 1) + t + 1];
+  }
+  std::vector<float> rd(M * V);
+  const float want =
+      ref::CrossEntropy(logits.data(), targets.data(), M, V, rd.data());
+  const double loss_only =
+      FusedCrossEntropy(logits.data(), tokens.data() + 1, T + 1, B, T, V, false);
+  const double loss =
+      FusedCrossEntropy(logits.data(), tokens.data() + 1, T + 1, B, T, V, true);
+  EXPECT_NEAR(loss_only, want, 1e-5 * want);
+  EXPECT_NEAR(loss, want, 1e-5 * want);
+  EXPECT_LT(RelErr(logits, rd), 1e-5);
+}
+
+TEST(KernelF32Test, EmbeddingMatchesReference) {
+  const int B = 2, T = 5, C = 8, V = 256, context = 7;
+  std::vector<uint8_t> tokens(B * (T + 1));
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint8_t>(i * 37 % 4);
+  const std::vector<float> tok = Random(V * C, 21), pos = Random(context * C, 22),
+                           dx = Random(B * T * C, 23);
+  std::vector<float> x(B * T * C), rx(B * T * C), dtok(V * C, 7.0f),
+      dpos(context * C, 7.0f), rdtok(V * C), rdpos(context * C);
+  EmbeddingForward(tokens.data(), T + 1, tok.data(), pos.data(), B, T, C, x.data());
+  EmbeddingBackward(tokens.data(), T + 1, dx.data(), B, T, C, V, context,
+                    dtok.data(), dpos.data());
+  ref::EmbeddingForward(tokens.data(), T + 1, tok.data(), pos.data(), B, T, C,
+                        rx.data());
+  ref::EmbeddingBackward(tokens.data(), T + 1, dx.data(), B, T, C, V, context,
+                         rdtok.data(), rdpos.data());
+  EXPECT_LT(RelErr(x, rx), 1e-6);
+  EXPECT_LT(RelErr(dtok, rdtok), 1e-6);
+  EXPECT_LT(RelErr(dpos, rdpos), 1e-6);
+}
+
+}  // namespace
+}  // namespace gasloc::kernels

@@ -1,0 +1,210 @@
+// The fast kernels of the transformer: thin wrappers around oneDNN
+// primitives (matmul, layer normalization, softmax, eltwise GELU, reorder)
+// plus the few memory-bound loops oneDNN has no primitive for (embedding,
+// fused cross-entropy, bias-gradient column sums, residual adds). Each
+// object is built once for one shape and precision and reused every step;
+// worker/model/reference_kernels.h holds the plain-loop reference of each,
+// and tests/worker/model/kernels_test.cc compares them.
+//
+// Data types: `cdt` is the compute type of matmul inputs (f32, or bf16 stored
+// as uint16_t); matmuls accumulate in f32; LayerNorm runs in f32.
+//
+// Thread safety: an object is used by one thread at a time (each call runs
+// oneDNN / OpenMP threads inside). Objects sharing one DnnlEnv must be used
+// from one thread.
+#ifndef GASLOC_WORKER_MODEL_KERNELS_H_
+#define GASLOC_WORKER_MODEL_KERNELS_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "oneapi/dnnl/dnnl.hpp"
+
+namespace gasloc::kernels {
+
+using dt = dnnl::memory::data_type;
+using Dims = dnnl::memory::dims;
+
+// The CPU engine and an in-order stream.
+struct DnnlEnv {
+  DnnlEnv() : engine(dnnl::engine::kind::cpu, 0), stream(engine) {}
+  dnnl::engine engine;
+  dnnl::stream stream;
+};
+
+size_t DtSize(dt type);
+// bf16 <-> f32 scalar conversions (round to nearest even).
+uint16_t FloatToBf16(float x);
+float Bf16ToFloat(uint16_t x);
+
+// A memory descriptor with explicit strides (in elements).
+dnnl::memory::desc StridedMd(const Dims& dims, dt type, const Dims& strides);
+// A dense row-major descriptor.
+dnnl::memory::desc PlainMd(const Dims& dims, dt type);
+
+// C = scale * (A B) [+ bias] [+ D] for 2-D or batched 3-D strided views.
+// Reference: ref::LinearForward (a matmul is a linear layer with W = B^T).
+class Matmul {
+ public:
+  struct Desc {
+    dnnl::memory::desc a, b, c;
+    bool bias = false;     // f32 (1, N) or (1, 1, N)
+    bool add = false;      // binary add of D, f32 with `add_md`
+    dnnl::memory::desc add_md;
+    float scale = 1.0f;
+  };
+  Matmul(DnnlEnv* env, const Desc& desc);
+  void Run(const void* a, const void* b, void* c, const float* bias = nullptr,
+           const void* add = nullptr);
+  // The implementation oneDNN picked (e.g. "brg:avx512_core").
+  std::string impl() const;
+
+ private:
+  DnnlEnv* env_;
+  Desc desc_;
+  dnnl::matmul::primitive_desc pd_;
+  dnnl::matmul prim_;
+  dnnl::memory::desc bias_md_;
+};
+
+// A linear layer y = x W^T + b on M rows with the (out, in) weight of the
+// arena: forward, backward-data, backward-weights (+ bias gradient).
+// Reference: ref::LinearForward / ref::LinearBackward.
+class Linear {
+ public:
+  struct Options {
+    int M = 0, K = 0, N = 0;
+    dt cdt = dt::f32;        // x, W, dy
+    dt y_type = dt::f32;     // forward output
+    dt dx_type = dt::f32;    // backward-data output
+    bool residual = false;   // forward adds an f32 (M, N) residual: y = xW^T+b+r
+    bool bias = true;        // forward adds an f32 (N) bias
+  };
+  Linear(DnnlEnv* env, const Options& options);
+  // x (M, K) cdt, w (N, K) cdt, b (N) f32, residual (M, N) f32 or nullptr.
+  void Forward(const void* x, const void* w, const float* b,
+               const float* residual, void* y);
+  // dx (M, K) = dy W.
+  void BackwardData(const void* dy, const void* w, void* dx);
+  // dw (N, K) = dy^T x (f32); db (N) = column sums of dy (f32), skipped
+  // when db is nullptr.
+  void BackwardWeights(const void* x, const void* dy, float* dw, float* db);
+  const Options& options() const { return options_; }
+  std::string impl() const;
+
+ private:
+  Options options_;
+  Matmul fwd_, bwd_data_, bwd_weights_;
+};
+
+// Row-wise LayerNorm of (M, C) f32 with gain and bias (eps given); saves
+// mean and variance. Reference: ref::LayerNormForward / Backward.
+class LayerNorm {
+ public:
+  LayerNorm(DnnlEnv* env, int M, int C, float eps);
+  void Forward(const float* x, const float* gain, const float* bias, float* y,
+               float* mean, float* var);
+  // dx (M, C), dgain (C), dbias (C) overwritten.
+  void Backward(const float* x, const float* gain, const float* mean,
+                const float* var, const float* dy, float* dx, float* dgain,
+                float* dbias);
+
+ private:
+  DnnlEnv* env_;
+  int M_, C_;
+  dnnl::memory::desc data_md_, stat_md_, param_md_;
+  dnnl::layer_normalization_forward::primitive_desc fwd_pd_;
+  dnnl::layer_normalization_forward fwd_;
+  dnnl::layer_normalization_backward::primitive_desc bwd_pd_;
+  dnnl::layer_normalization_backward bwd_;
+};
+
+// Exact (erf) GELU on n elements of type `type`. Reference: ref::GeluForward
+// / GeluBackward.
+class Gelu {
+ public:
+  Gelu(DnnlEnv* env, int64_t n, dt type);
+  void Forward(const void* x, void* y);
+  void Backward(const void* x, const void* dy, void* dx);
+
+ private:
+  DnnlEnv* env_;
+  dnnl::memory::desc md_;
+  dnnl::eltwise_forward::primitive_desc fwd_pd_;
+  dnnl::eltwise_forward fwd_;
+  dnnl::eltwise_backward::primitive_desc bwd_pd_;
+  dnnl::eltwise_backward bwd_;
+};
+
+// Element type conversion of n elements (a oneDNN reorder).
+class Convert {
+ public:
+  Convert(DnnlEnv* env, int64_t n, dt from, dt to);
+  void Run(const void* src, void* dst);
+
+ private:
+  DnnlEnv* env_;
+  dnnl::memory::desc src_md_, dst_md_;
+  dnnl::reorder prim_;
+};
+
+// Causal multi-head self-attention over sequences of length T with C = H hd
+// channels: qkv (B, T, 3C) -> out (B, T, C), in `cdt`. One sequence at a
+// time, all H heads of it together: S = QK^T/sqrt(hd) + causal mask (f32),
+// P = softmax(S) (cdt), O = PV. The backward recomputes S and P, so the only
+// T x T buffers are this object's per-head scratch for one sequence.
+// Reference: ref::AttentionForward / AttentionBackward.
+class CausalAttention {
+ public:
+  CausalAttention(DnnlEnv* env, int T, int C, int H, dt cdt);
+  void Forward(const void* qkv, int B, void* out);
+  // dqkv (B, T, 3C) overwritten.
+  void Backward(const void* qkv, const void* dout, int B, void* dqkv);
+  // Bytes of T x T scratch this object holds.
+  size_t scratch_bytes() const { return scratch_.size(); }
+
+ private:
+  void Probabilities(const char* qkv_b);  // S and P of one sequence
+  DnnlEnv* env_;
+  int T_, C_, H_;
+  dt cdt_;
+  size_t esize_;
+  std::vector<float> mask_;  // (T, T): 0 on and below the diagonal
+  std::vector<char> scratch_;
+  float* s_;   // (H, T, T) f32 scores
+  void* p_;    // (H, T, T) cdt probabilities
+  void* dp_;   // (H, T, T) cdt
+  void* ds_;   // (H, T, T) cdt
+  Matmul qk_, pv_, dp_mm_, dv_mm_, dq_mm_, dk_mm_;
+  dnnl::softmax_v2_forward softmax_fwd_;
+  dnnl::softmax_v2_backward softmax_bwd_;
+  dnnl::memory::desc s_md_, p_md_;
+};
+
+// Fused softmax + cross-entropy over rows of logits (M, V) f32: returns the
+// mean loss in nats and, if want_grad, overwrites logits in place with
+// d loss / d logits = (softmax - onehot) / M. Reference: ref::CrossEntropy.
+double FusedCrossEntropy(float* logits, const uint8_t* targets,
+                         int target_stride, int B, int T, int V,
+                         bool want_grad);
+
+// x (B, T, C) = tok[tokens[b, t]] + pos[t] (tokens row stride given).
+void EmbeddingForward(const uint8_t* tokens, int token_stride,
+                      const float* tok, const float* pos, int B, int T, int C,
+                      float* x);
+// dtok (V, C), dpos (context, C) overwritten.
+void EmbeddingBackward(const uint8_t* tokens, int token_stride,
+                       const float* dx, int B, int T, int C, int V,
+                       int context, float* dtok, float* dpos);
+
+// out (N) = column sums of x (M, N) of type `type` (f32 or bf16), f32.
+void ColumnSum(const void* x, dt type, int64_t M, int64_t N, float* out);
+// y[i] += x[i] for n floats.
+void AddInPlace(const float* x, int64_t n, float* y);
+
+}  // namespace gasloc::kernels
+
+#endif  // GASLOC_WORKER_MODEL_KERNELS_H_

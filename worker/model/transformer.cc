@@ -1,0 +1,436 @@
+#include "worker/model/transformer.h"
+
+#include <omp.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace gasloc {
+
+using kernels::dt;
+
+namespace {
+constexpr float kLayerNormEps = 1e-5f;
+constexpr int kMaxPlans = 16;
+}  // namespace
+
+// The primitives for one (batch, length) shape. M = B * T rows.
+struct TransformerModel::Plan {
+  int B = 0, T = 0;
+  std::unique_ptr<kernels::Linear> qkv, proj, fc, fc2, head;
+  std::unique_ptr<kernels::LayerNorm> ln;
+  std::unique_ptr<kernels::Gelu> gelu;
+  std::unique_ptr<kernels::CausalAttention> attn;
+  std::unique_ptr<kernels::Convert> to_c_d;    // (M, d) f32 -> cdt
+  std::unique_ptr<kernels::Convert> to_c_v;    // (M, 256) f32 -> cdt
+};
+
+TransformerModel::TransformerModel(const ModelConfig& config,
+                                   std::shared_ptr<const ArenaLayout> layout,
+                                   const ModelOptions& options)
+    : Model(config, std::move(layout)),
+      options_(options),
+      index_(TensorIndex(config)),
+      cdt_(options.precision == v1::PRECISION_BF16 ? dt::bf16 : dt::f32),
+      csize_(kernels::DtSize(cdt_)) {}
+
+TransformerModel::~TransformerModel() { std::free(workspace_); }
+
+absl::StatusOr<std::unique_ptr<TransformerModel>> TransformerModel::Create(
+    const ModelConfig& config, const ModelOptions& options) {
+  RETURN_IF_ERROR(ValidateModelConfig(config));
+  if (options.max_batch < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ModelOptions.max_batch must be >= 1, got ",
+                     options.max_batch));
+  }
+  if (options.threads < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ModelOptions.threads must be >= 0, got ", options.threads));
+  }
+  if (options.precision != v1::PRECISION_UNSPECIFIED &&
+      options.precision != v1::PRECISION_FP32 &&
+      options.precision != v1::PRECISION_BF16) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ModelOptions.precision: unknown value ", options.precision));
+  }
+  std::unique_ptr<TransformerModel> model(
+      new TransformerModel(config, MakeModelLayout(config), options));
+  RETURN_IF_ERROR(model->AllocateWorkspace());
+  return model;
+}
+
+absl::Status TransformerModel::AllocateWorkspace() {
+  const size_t M = static_cast<size_t>(options_.max_batch) * config_.context;
+  const size_t d = config_.d_model, L = config_.layers, cs = csize_;
+  const bool bf16 = cdt_ == dt::bf16;
+  // Two passes: measure, then assign.
+  std::vector<std::pair<void**, size_t>> slots;
+  auto add = [&](void** p, size_t bytes) { slots.push_back({p, bytes}); };
+  x_.assign(L + 1, nullptr);
+  acts_.assign(L, LayerActs{});
+  for (size_t l = 0; l <= L; ++l) {
+    add(reinterpret_cast<void**>(&x_[l]), 4 * M * d);
+  }
+  for (size_t l = 0; l < L; ++l) {
+    LayerActs& a = acts_[l];
+    add(reinterpret_cast<void**>(&a.mean1), 4 * M);
+    add(reinterpret_cast<void**>(&a.var1), 4 * M);
+    add(reinterpret_cast<void**>(&a.mean2), 4 * M);
+    add(reinterpret_cast<void**>(&a.var2), 4 * M);
+    add(&a.ln1, cs * M * d);
+    add(&a.qkv, cs * M * 3 * d);
+    add(&a.att, cs * M * d);
+    add(reinterpret_cast<void**>(&a.x_mid), 4 * M * d);
+    add(&a.ln2, cs * M * d);
+    add(&a.h, cs * M * 4 * d);
+    add(&a.g, cs * M * 4 * d);
+  }
+  add(reinterpret_cast<void**>(&meanf_), 4 * M);
+  add(reinterpret_cast<void**>(&varf_), 4 * M);
+  add(&lnf_, cs * M * d);
+  add(reinterpret_cast<void**>(&logits_), 4 * M * kVocabSize);
+  if (bf16) {
+    add(&dlogits_c_, cs * M * kVocabSize);
+    add(reinterpret_cast<void**>(&ln_tmp_), 4 * M * d);
+    add(&dres_c_, cs * M * d);
+    add(&wc_, cs * layout_->total_floats());
+  }
+  add(reinterpret_cast<void**>(&dres_[0]), 4 * M * d);
+  add(reinterpret_cast<void**>(&dres_[1]), 4 * M * d);
+  add(reinterpret_cast<void**>(&dmid_), 4 * M * d);
+  add(reinterpret_cast<void**>(&dln_), 4 * M * d);
+  add(&d4a_, cs * M * 4 * d);
+  add(&d4b_, cs * M * 4 * d);
+  add(&dqkv_, cs * M * 3 * d);
+  add(&datt_, cs * M * d);
+  size_t total = 0;
+  for (auto& [p, bytes] : slots) total += (bytes + 63) / 64 * 64;
+  workspace_ = static_cast<char*>(std::aligned_alloc(64, total));
+  if (workspace_ == nullptr) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("model workspace of ", total, " bytes"));
+  }
+  workspace_bytes_ = total;
+  size_t offset = 0;
+  for (auto& [p, bytes] : slots) {
+    *p = workspace_ + offset;
+    offset += (bytes + 63) / 64 * 64;
+  }
+  if (bf16) {
+    try {
+      weights_to_c_ = std::make_unique<kernels::Convert>(
+          &env_, static_cast<int64_t>(layout_->total_floats()), dt::f32,
+          dt::bf16);
+    } catch (const dnnl::error& e) {
+      return absl::InternalError(
+          absl::StrCat("oneDNN bf16 weight conversion: ", e.what()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<TransformerModel::Plan*> TransformerModel::GetPlan(int batch,
+                                                                  int length) {
+  auto it = plans_.find({batch, length});
+  if (it != plans_.end()) return it->second.get();
+  if (plans_.size() >= kMaxPlans) plans_.clear();
+  auto plan = std::make_unique<Plan>();
+  plan->B = batch;
+  plan->T = length;
+  const int M = batch * length, d = config_.d_model;
+  try {
+    using kernels::Linear;
+    auto linear = [&](int K, int N, dt y_type, dt dx_type, bool residual,
+                      bool bias) {
+      Linear::Options o;
+      o.M = M;
+      o.K = K;
+      o.N = N;
+      o.cdt = cdt_;
+      o.y_type = y_type;
+      o.dx_type = dx_type;
+      o.residual = residual;
+      o.bias = bias;
+      return std::make_unique<Linear>(&env_, o);
+    };
+    plan->qkv = linear(d, 3 * d, cdt_, dt::f32, false, true);
+    plan->proj = linear(d, d, dt::f32, cdt_, true, true);
+    plan->fc = linear(d, 4 * d, cdt_, dt::f32, false, true);
+    plan->fc2 = linear(4 * d, d, dt::f32, cdt_, true, true);
+    plan->head = linear(d, kVocabSize, dt::f32, dt::f32, false, false);
+    plan->ln = std::make_unique<kernels::LayerNorm>(&env_, M, d, kLayerNormEps);
+    plan->gelu =
+        std::make_unique<kernels::Gelu>(&env_, int64_t{M} * 4 * d, cdt_);
+    plan->attn = std::make_unique<kernels::CausalAttention>(
+        &env_, length, d, config_.heads, cdt_);
+    if (cdt_ == dt::bf16) {
+      plan->to_c_d = std::make_unique<kernels::Convert>(
+          &env_, int64_t{M} * d, dt::f32, cdt_);
+      plan->to_c_v = std::make_unique<kernels::Convert>(
+          &env_, int64_t{M} * kVocabSize, dt::f32, cdt_);
+    }
+  } catch (const dnnl::error& e) {
+    return absl::InternalError(
+        absl::StrCat("oneDNN could not build the primitives for batch ", batch,
+                     ", length ", length, ": ", e.what()));
+  }
+  Plan* raw = plan.get();
+  plans_[{batch, length}] = std::move(plan);
+  return raw;
+}
+
+absl::Status TransformerModel::CheckArena(const FloatArena& arena,
+                                          const char* what) const {
+  if (arena.layout().fingerprint() != layout_->fingerprint()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " arena has a different layout than the model (",
+                     arena.layout().entries().size(), " tensors, ",
+                     arena.layout().total_floats(), " floats; expected ",
+                     layout_->entries().size(), ", ",
+                     layout_->total_floats(), ")"));
+  }
+  return absl::OkStatus();
+}
+
+void TransformerModel::SetThreads() const {
+  omp_set_num_threads(options_.threads > 0 ? options_.threads
+                                           : omp_get_num_procs());
+}
+
+absl::Status TransformerModel::Prepare(const FloatArena& params, int batch,
+                                       int length) {
+  RETURN_IF_ERROR(CheckArena(params, "params"));
+  if (batch < 1 || batch > options_.max_batch) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "batch must be in [1, ", options_.max_batch, "], got ", batch));
+  }
+  if (length < 1 || length > config_.context) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "length must be in [1, ", config_.context, "], got ", length));
+  }
+  SetThreads();
+  ASSIGN_OR_RETURN(plan_, GetPlan(batch, length));
+  params_ = &params;
+  if (cdt_ == dt::bf16) weights_to_c_->Run(params.data(), wc_);
+  return absl::OkStatus();
+}
+
+const void* TransformerModel::W(int entry) const {
+  const size_t offset = layout_->entries()[entry].offset;
+  if (cdt_ == dt::bf16) return static_cast<const uint16_t*>(wc_) + offset;
+  return params_->data() + offset;
+}
+
+const float* TransformerModel::P(int entry) const {
+  return params_->data() + layout_->entries()[entry].offset;
+}
+
+float* TransformerModel::G(float* grads, int entry) const {
+  return grads + layout_->entries()[entry].offset;
+}
+
+float* TransformerModel::x(int l) { return x_[l]; }
+float* TransformerModel::dx(int i) { return dres_[i]; }
+
+void TransformerModel::LayerNormToCompute(const float* x, int w, int b,
+                                          float* mean, float* var, void* out) {
+  if (cdt_ == dt::bf16) {
+    plan_->ln->Forward(x, P(w), P(b), ln_tmp_, mean, var);
+    plan_->to_c_d->Run(ln_tmp_, out);
+  } else {
+    plan_->ln->Forward(x, P(w), P(b), static_cast<float*>(out), mean, var);
+  }
+}
+
+// ---------------------------------------------------------------- forward
+
+void TransformerModel::EmbedForward(const uint8_t* tokens, int token_stride,
+                                    float* x_out) {
+  kernels::EmbeddingForward(tokens, token_stride, P(index_.tok_emb),
+                            P(index_.pos_emb), plan_->B, plan_->T,
+                            config_.d_model, x_out);
+}
+
+void TransformerModel::BlockForward(int layer, const float* x_in,
+                                    float* x_out) {
+  const BlockTensorIndex& w = index_.blocks[layer];
+  LayerActs& a = acts_[layer];
+  Plan& p = *plan_;
+  // (B, T, d) -> LN1 -> (B, T, d)
+  LayerNormToCompute(x_in, w.ln1_w, w.ln1_b, a.mean1, a.var1, a.ln1);
+  // (B, T, d) -> (B, T, 3d)
+  p.qkv->Forward(a.ln1, W(w.qkv_w), P(w.qkv_b), nullptr, a.qkv);
+  // (B, T, 3d) -> (B, T, d)
+  p.attn->Forward(a.qkv, p.B, a.att);
+  // x_mid = x_in + att W_proj^T + b
+  p.proj->Forward(a.att, W(w.proj_w), P(w.proj_b), x_in, a.x_mid);
+  LayerNormToCompute(a.x_mid, w.ln2_w, w.ln2_b, a.mean2, a.var2, a.ln2);
+  // (B, T, d) -> (B, T, 4d) -> GELU
+  p.fc->Forward(a.ln2, W(w.fc_w), P(w.fc_b), nullptr, a.h);
+  p.gelu->Forward(a.h, a.g);
+  // x_out = x_mid + g W_fc2^T + b
+  p.fc2->Forward(a.g, W(w.fc2_w), P(w.fc2_b), a.x_mid, x_out);
+}
+
+double TransformerModel::DecoderForward(const float* x,
+                                        const uint8_t* targets,
+                                        int target_stride, bool want_grad) {
+  LayerNormToCompute(x, index_.lnf_w, index_.lnf_b, meanf_, varf_, lnf_);
+  // (B, T, d) -> (B, T, 256) f32
+  plan_->head->Forward(lnf_, W(index_.head_w), nullptr, nullptr, logits_);
+  return kernels::FusedCrossEntropy(logits_, targets, target_stride, plan_->B,
+                                    plan_->T, kVocabSize, want_grad);
+}
+
+// ---------------------------------------------------------------- backward
+
+void TransformerModel::DecoderBackward(const float* x, float* dx,
+                                       float* grads) {
+  Plan& p = *plan_;
+  const void* dlogits = logits_;
+  if (cdt_ == dt::bf16) {
+    p.to_c_v->Run(logits_, dlogits_c_);
+    dlogits = dlogits_c_;
+  }
+  p.head->BackwardWeights(lnf_, dlogits, G(grads, index_.head_w), nullptr);
+  p.head->BackwardData(dlogits, W(index_.head_w), dln_);
+  p.ln->Backward(x, P(index_.lnf_w), meanf_, varf_, dln_, dx,
+                 G(grads, index_.lnf_w), G(grads, index_.lnf_b));
+}
+
+void TransformerModel::BlockBackward(int layer, const float* dx_out,
+                                     float* dx_in, float* grads) {
+  const BlockTensorIndex& w = index_.blocks[layer];
+  LayerActs& a = acts_[layer];
+  Plan& p = *plan_;
+  const int64_t md = int64_t{p.B} * p.T * config_.d_model;
+  const float* x_in = x_[layer];
+  // MLP: dx_out -> d g -> d h -> d ln2 -> d x_mid (+ residual).
+  const void* dy = dx_out;
+  if (cdt_ == dt::bf16) {
+    p.to_c_d->Run(dx_out, dres_c_);
+    dy = dres_c_;
+  }
+  p.fc2->BackwardWeights(a.g, dy, G(grads, w.fc2_w), G(grads, w.fc2_b));
+  p.fc2->BackwardData(dy, W(w.fc2_w), d4a_);
+  p.gelu->Backward(a.h, d4a_, d4b_);
+  p.fc->BackwardWeights(a.ln2, d4b_, G(grads, w.fc_w), G(grads, w.fc_b));
+  p.fc->BackwardData(d4b_, W(w.fc_w), dln_);
+  p.ln->Backward(a.x_mid, P(w.ln2_w), a.mean2, a.var2, dln_, dmid_,
+                 G(grads, w.ln2_w), G(grads, w.ln2_b));
+  kernels::AddInPlace(dx_out, md, dmid_);
+  // Attention: d x_mid -> d att -> d qkv -> d ln1 -> d x_in (+ residual).
+  dy = dmid_;
+  if (cdt_ == dt::bf16) {
+    p.to_c_d->Run(dmid_, dres_c_);
+    dy = dres_c_;
+  }
+  p.proj->BackwardWeights(a.att, dy, G(grads, w.proj_w), G(grads, w.proj_b));
+  p.proj->BackwardData(dy, W(w.proj_w), datt_);
+  p.attn->Backward(a.qkv, datt_, p.B, dqkv_);
+  p.qkv->BackwardWeights(a.ln1, dqkv_, G(grads, w.qkv_w), G(grads, w.qkv_b));
+  p.qkv->BackwardData(dqkv_, W(w.qkv_w), dln_);
+  p.ln->Backward(x_in, P(w.ln1_w), a.mean1, a.var1, dln_, dx_in,
+                 G(grads, w.ln1_w), G(grads, w.ln1_b));
+  kernels::AddInPlace(dmid_, md, dx_in);
+}
+
+void TransformerModel::EmbedBackward(const uint8_t* tokens, int token_stride,
+                                     const float* dx, float* grads) {
+  kernels::EmbeddingBackward(tokens, token_stride, dx, plan_->B, plan_->T,
+                             config_.d_model, kVocabSize, config_.context,
+                             G(grads, index_.tok_emb),
+                             G(grads, index_.pos_emb));
+}
+
+// ---------------------------------------------------------------- Model API
+
+absl::StatusOr<float> TransformerModel::ForwardBackward(
+    const FloatArena& params, const uint8_t* tokens, int batch, int length,
+    FloatArena* grads) {
+  if (tokens == nullptr || grads == nullptr) {
+    return absl::InvalidArgumentError("ForwardBackward: null tokens or grads");
+  }
+  RETURN_IF_ERROR(CheckArena(*grads, "grads"));
+  RETURN_IF_ERROR(Prepare(params, batch, length));
+  const int stride = length + 1;
+  const int L = config_.layers;
+  try {
+    EmbedForward(tokens, stride, x_[0]);
+    for (int l = 0; l < L; ++l) BlockForward(l, x_[l], x_[l + 1]);
+    const double loss = DecoderForward(x_[L], tokens + 1, stride, true);
+    float* g = grads->data();
+    DecoderBackward(x_[L], dres_[0], g);
+    for (int l = L - 1; l >= 0; --l) BlockBackward(l, dres_[0], dres_[0], g);
+    EmbedBackward(tokens, stride, dres_[0], g);
+    return static_cast<float>(loss);
+  } catch (const dnnl::error& e) {
+    return absl::InternalError(absl::StrCat("oneDNN: ", e.what()));
+  }
+}
+
+absl::StatusOr<float> TransformerModel::Forward(const FloatArena& params,
+                                                const uint8_t* tokens,
+                                                int batch, int length) {
+  if (tokens == nullptr) return absl::InvalidArgumentError("Forward: null tokens");
+  RETURN_IF_ERROR(Prepare(params, batch, length));
+  const int stride = length + 1;
+  try {
+    EmbedForward(tokens, stride, x_[0]);
+    for (int l = 0; l < config_.layers; ++l) {
+      BlockForward(l, x_[l], x_[l + 1]);
+    }
+    return static_cast<float>(
+        DecoderForward(x_[config_.layers], tokens + 1, stride, false));
+  } catch (const dnnl::error& e) {
+    return absl::InternalError(absl::StrCat("oneDNN: ", e.what()));
+  }
+}
+
+absl::Status TransformerModel::NextByteLogits(const FloatArena& params,
+                                              const uint8_t* prefix,
+                                              int length, float* logits) {
+  if (prefix == nullptr || logits == nullptr) {
+    return absl::InvalidArgumentError("NextByteLogits: null prefix or logits");
+  }
+  RETURN_IF_ERROR(Prepare(params, 1, length));
+  try {
+    EmbedForward(prefix, length, x_[0]);
+    for (int l = 0; l < config_.layers; ++l) {
+      BlockForward(l, x_[l], x_[l + 1]);
+    }
+    // Targets are irrelevant here: use the prefix itself (loss discarded).
+    LayerNormToCompute(x_[config_.layers], index_.lnf_w, index_.lnf_b, meanf_,
+                       varf_, lnf_);
+    plan_->head->Forward(lnf_, W(index_.head_w), nullptr, nullptr, logits_);
+    std::memcpy(logits, logits_ + int64_t{length - 1} * kVocabSize,
+                sizeof(float) * kVocabSize);
+    return absl::OkStatus();
+  } catch (const dnnl::error& e) {
+    return absl::InternalError(absl::StrCat("oneDNN: ", e.what()));
+  }
+}
+
+double TransformerModel::TrainingFlops(int batch, int length) const {
+  const double d = config_.d_model, L = config_.layers;
+  // Per token forward: the matmuls (2 flops per multiply-add) and the two
+  // attention products over `length` keys; backward = 2x forward.
+  const double fwd_per_token =
+      2.0 * (L * 12.0 * d * d + kVocabSize * d) + L * 4.0 * length * d;
+  return 3.0 * fwd_per_token * batch * length;
+}
+
+std::string TransformerModel::KernelReport() const {
+  if (plan_ == nullptr) return "no plan yet";
+  return absl::StrCat("qkv: ", plan_->qkv->impl(), "\nproj: ",
+                      plan_->proj->impl(), "\nfc: ", plan_->fc->impl(),
+                      "\nfc2: ", plan_->fc2->impl(), "\nhead: ",
+                      plan_->head->impl());
+}
+
+}  // namespace gasloc

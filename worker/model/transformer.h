@@ -1,0 +1,133 @@
+// The oneDNN implementation of Model (docs/model.md). Besides the Model
+// interface it exposes the pass split by part, each with explicit input and
+// output activation buffers, so a caller can run any contiguous block range
+// [first, last) on a detached input and put a loss on any block's output
+// (bounded-horizon local training, algorithms.md section 6):
+//
+//   Prepare(params, B, T)                       once per call (weights, plan)
+//   EmbedForward -> BlockForward(0..L-1) -> DecoderForward
+//   DecoderBackward -> BlockBackward(L-1..0) -> EmbedBackward
+//
+// Saved activations of block l live in this object's workspace (slot l), so
+// a block's backward must follow its own forward, with the same (B, T) plan,
+// before that block's forward runs again.
+//
+// Thread safety: one thread at a time (as Model); compute threads inside.
+#ifndef GASLOC_WORKER_MODEL_TRANSFORMER_H_
+#define GASLOC_WORKER_MODEL_TRANSFORMER_H_
+
+#include <map>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "worker/model/kernels.h"
+#include "worker/model/model.h"
+
+namespace gasloc {
+
+class TransformerModel final : public Model {
+ public:
+  static absl::StatusOr<std::unique_ptr<TransformerModel>> Create(
+      const ModelConfig& config, const ModelOptions& options);
+  ~TransformerModel() override;
+
+  absl::StatusOr<float> ForwardBackward(const FloatArena& params,
+                                        const uint8_t* tokens, int batch,
+                                        int length, FloatArena* grads) override;
+  absl::StatusOr<float> Forward(const FloatArena& params,
+                                const uint8_t* tokens, int batch,
+                                int length) override;
+  absl::Status NextByteLogits(const FloatArena& params, const uint8_t* prefix,
+                              int length, float* logits) override;
+  double TrainingFlops(int batch, int length) const override;
+
+  // ---- the pass by part (see the header comment). All activations are
+  // (B, T, d) f32 row-major; `grads` pointers are the base of an arena with
+  // this model's layout (only the part's own tensors are written).
+
+  // Checks arguments, selects (or builds) the primitives for (B, T), sets
+  // the thread count and, in bf16, converts the weights once.
+  absl::Status Prepare(const FloatArena& params, int batch, int length);
+  void EmbedForward(const uint8_t* tokens, int token_stride, float* x_out);
+  void BlockForward(int layer, const float* x_in, float* x_out);
+  // Final LayerNorm + head + fused cross-entropy on x (B, T, d) against
+  // targets[b * target_stride + t]. With want_grad, keeps d loss / d logits
+  // for DecoderBackward. Returns the mean loss in nats.
+  double DecoderForward(const float* x, const uint8_t* targets,
+                        int target_stride, bool want_grad);
+  // dx (B, T, d) overwritten; writes ln_f and head gradients into grads.
+  void DecoderBackward(const float* x, float* dx, float* grads);
+  // dx_in may alias dx_out.
+  void BlockBackward(int layer, const float* dx_out, float* dx_in,
+                     float* grads);
+  void EmbedBackward(const uint8_t* tokens, int token_stride, const float* dx,
+                     float* grads);
+  // Buffers of the residual stream: x(l) is block l's input, x(L) the
+  // decoder's input; dx(0), dx(1) two (B, T, d) gradient buffers.
+  float* x(int l);
+  float* dx(int i);
+
+  // What oneDNN picked for the main matmuls of the current plan (text).
+  std::string KernelReport() const;
+  // Bytes of workspace (activations, scratch, bf16 weights) this model owns.
+  size_t workspace_bytes() const { return workspace_bytes_; }
+
+ private:
+  struct Plan;
+  struct LayerActs {
+    float* mean1; float* var1; float* mean2; float* var2;
+    void* ln1; void* qkv; void* att; float* x_mid; void* ln2; void* h;
+    void* g;
+  };
+  TransformerModel(const ModelConfig& config,
+                   std::shared_ptr<const ArenaLayout> layout,
+                   const ModelOptions& options);
+  absl::Status AllocateWorkspace();
+  absl::StatusOr<Plan*> GetPlan(int batch, int length);
+  absl::Status CheckArena(const FloatArena& arena, const char* what) const;
+  void SetThreads() const;
+  const void* W(int entry) const;          // weight in compute type
+  const float* P(int entry) const;         // f32 parameter
+  float* G(float* grads, int entry) const; // gradient slot
+  // LayerNorm to the compute type (via f32 scratch in bf16).
+  void LayerNormToCompute(const float* x, int w, int b, float* mean,
+                          float* var, void* out);
+
+  ModelOptions options_;
+  ModelTensorIndex index_;
+  kernels::dt cdt_;
+  size_t csize_;
+  kernels::DnnlEnv env_;
+  std::map<std::pair<int, int>, std::unique_ptr<Plan>> plans_;
+  Plan* plan_ = nullptr;
+  const FloatArena* params_ = nullptr;
+
+  // Workspace: one allocation carved into the buffers below.
+  char* workspace_ = nullptr;
+  size_t workspace_bytes_ = 0;
+  std::vector<float*> x_;        // L + 1 residual-stream buffers
+  std::vector<LayerActs> acts_;  // per block
+  float* meanf_ = nullptr;
+  float* varf_ = nullptr;
+  void* lnf_ = nullptr;
+  float* logits_ = nullptr;      // (M, 256) f32, then d loss / d logits
+  void* dlogits_c_ = nullptr;    // bf16 copy of d logits
+  float* ln_tmp_ = nullptr;      // f32 LayerNorm output before conversion
+  float* dres_[2] = {nullptr, nullptr};
+  float* dmid_ = nullptr;
+  float* dln_ = nullptr;
+  void* dres_c_ = nullptr;
+  void* d4a_ = nullptr;
+  void* d4b_ = nullptr;
+  void* dqkv_ = nullptr;
+  void* datt_ = nullptr;
+  void* wc_ = nullptr;           // bf16 copy of the whole arena
+  std::unique_ptr<kernels::Convert> weights_to_c_;
+};
+
+}  // namespace gasloc
+
+#endif  // GASLOC_WORKER_MODEL_TRANSFORMER_H_
