@@ -187,6 +187,9 @@ double JsonNumber(const std::string& json, const std::string& key) {
 int RunTrainBench(int argc, char** argv) {
   BenchOptions o;
   if (!ParseArgs(argc, argv, &o)) return 2;
+  // As gasloc-train: passive OpenMP waiting unless the caller chose (the
+  // PyTorch run inherits the same setting).
+  ::setenv("OMP_WAIT_POLICY", "PASSIVE", /*overwrite=*/0);
   struct Preset {
     const char* name;
     int layers, d_model, heads, ctx, batch;

@@ -6,6 +6,7 @@
 //   gasloc-train train --resume=F --steps=N ...
 //   gasloc-train generate --checkpoint=F --prompt="ROMEO:"
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -248,6 +249,10 @@ absl::Status Generate(const TrainMainOptions& o) {
 }  // namespace gasloc
 
 int main(int argc, char** argv) {
+  // OpenMP threads sleep between parallel regions unless the user chose
+  // otherwise: spinning threads stall badly on shared cores
+  // (docs/training.md, "Threads").
+  ::setenv("OMP_WAIT_POLICY", "PASSIVE", /*overwrite=*/0);
   const std::vector<std::string> args = gasloc::ParseFlagsOrExit(
       argc, argv,
       "gasloc-train: trains a byte-level transformer in one process.\n\n"

@@ -84,7 +84,7 @@ TEST(TrainerTest, StepEqualsComputePlusApplyAndLearns) {
   EXPECT_EQ(a->data_cursor(), 80u);
   for (size_t i = 0; i < a->params().size(); ++i)
     ASSERT_EQ(a->params().data()[i], b->params().data()[i]);
-  EXPECT_LT(last, first - 1.0) << "20 steps should cut the loss";
+  EXPECT_LT(last, first - 0.3) << "20 steps should cut the loss";
   // The schedule's horizon is stop.max_rounds * local_steps = 20.
   EXPECT_EQ(a->optimizer().options().decay_steps, 20u);
 }
