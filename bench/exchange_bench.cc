@@ -4,11 +4,13 @@
 // to raw TCP over loopback measured in the same invocation (the iperf3-style
 // ceiling: one socket, 1 MiB writes, no framing).
 //
-// For each model size: TCP one way and both ways at once, then for each
-// encoding x chunk size the exchange one way (A sends, B receives) and as a
-// gossip swap (both directions at once). Reports GB/s of wire bytes and of
-// model bytes (fp32-equivalent: bf16 moves half the wire bytes per float),
-// each the median of --reps runs, and the ratios to TCP.
+// For each model size, encoding and chunk size: the exchange one way (A
+// sends, B receives) and as a gossip swap (both directions at once), each
+// rep right after a raw TCP run of the same shape (one socket per
+// direction), so both see the same machine load. Reports GB/s of wire
+// bytes and of model bytes (fp32-equivalent: bf16 moves half the wire bytes
+// per float) and the ratios to TCP, medians of --reps runs; plus the
+// in-memory cost of the codec alone.
 //
 //   gasloc-bench exchange [--floats=4194304,25000000] [--encodings=fp32,bf16]
 //                         [--chunk_kib=256,1024] [--reps=3]
@@ -30,6 +32,9 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "bench/bench_registry.h"
+#include "gasloc/v1/peer.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+#include "common/crc32c.h"
 #include "server/grpc_peer_transport.h"
 #include "server/peer_service.h"
 #include "server/server_runner.h"
@@ -141,6 +146,54 @@ double TcpSeconds(uint64_t bytes, bool both_ways) {
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
   for (int fd : {c1, s1, c2, s2}) close(fd);
   return ok && ok2 ? seconds : -1;
+}
+
+// --- raw gRPC baseline -----------------------------------------------------
+
+// Peer.Exchange that only reads and discards: gRPC's own cost for the same
+// message sizes, without the codec, checksums or the Mailbox.
+class SinkService final : public v1::Peer::Service {
+ public:
+  grpc::Status Exchange(
+      grpc::ServerContext* context,
+      grpc::ServerReaderWriter<v1::ExchangeChunk, v1::ExchangeChunk>* stream)
+      override {
+    v1::ExchangeChunk chunk;
+    while (stream->Read(&chunk)) {
+      if (chunk.last()) {
+        stream->Write(v1::ExchangeChunk());
+        return grpc::Status::OK;
+      }
+    }
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "cut");
+  }
+};
+
+// Seconds to stream `bytes` as chunks of `chunk_bytes` (one pre-built
+// message, sent repeatedly) to the sink at `address`; -1 on failure.
+double RawGrpcSeconds(const std::string& address, uint64_t bytes,
+                      uint32_t chunk_bytes) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(8 << 20);
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  auto channel = grpc::CreateCustomChannel(
+      address, grpc::InsecureChannelCredentials(), args);
+  auto stub = v1::Peer::NewStub(channel);
+  v1::ExchangeChunk chunk;
+  chunk.mutable_payload()->assign(chunk_bytes, 'x');
+  const absl::Time start = absl::Now();
+  grpc::ClientContext context;
+  auto stream = stub->Exchange(&context);
+  for (uint64_t sent = 0; sent < bytes; sent += chunk_bytes) {
+    chunk.set_last(sent + chunk_bytes >= bytes);
+    if (!stream->Write(chunk)) break;
+  }
+  stream->WritesDone();
+  v1::ExchangeChunk ack;
+  stream->Read(&ack);
+  const bool ok = stream->Finish().ok();
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  return ok ? seconds : -1;
 }
 
 // --- the exchange -----------------------------------------------------------
@@ -257,6 +310,15 @@ int RunExchangeBench(int argc, char** argv) {
     std::fprintf(stderr, "cannot start the loopback servers\n");
     return 1;
   }
+  SinkService sink;
+  ServerRunner sink_runner(ServerOptions{"127.0.0.1:0", {}, 8 << 20});
+  sink_runner.AddService(&sink);
+  auto sink_port = sink_runner.Start();
+  if (!sink_port.ok()) {
+    std::fprintf(stderr, "cannot start the sink server\n");
+    return 1;
+  }
+  const std::string sink_address = absl::StrCat("127.0.0.1:", *sink_port);
   uint64_t round = 0;
   std::string json = "{\"bench\":\"exchange\",\"results\":[";
   bool first_json = true;
@@ -268,24 +330,37 @@ int RunExchangeBench(int argc, char** argv) {
       model_b[i] = -model_a[i];
     }
     std::vector<float> scratch_a(floats), scratch_b(floats);
-    std::vector<double> tcp1, tcp2;
-    for (int r = 0; r < config.reps; ++r) {
-      tcp1.push_back(TcpSeconds(model_bytes, false));
-      tcp2.push_back(TcpSeconds(model_bytes, true));
-    }
-    const double tcp_one = model_bytes / Median(tcp1) / 1e9;
-    const double tcp_both = 2 * model_bytes / Median(tcp2) / 1e9;
-    if (Median(tcp1) <= 0 || Median(tcp2) <= 0) {
-      std::fprintf(stderr, "raw TCP baseline failed\n");
-      return 1;
-    }
     std::printf("model %llu floats (%.1f MB fp32)\n",
                 static_cast<unsigned long long>(floats), model_bytes / 1e6);
-    std::printf("  raw TCP loopback   one way %6.2f GB/s   both ways %6.2f "
-                "GB/s (aggregate)\n",
-                tcp_one, tcp_both);
-    std::printf("  %-5s %6s %-9s %10s %10s %12s %12s\n", "enc", "chunk",
-                "direction", "wire GB/s", "model GB/s", "wire/TCP", "model/TCP");
+    // In-memory cost of the codec alone (encode + CRC + check + decode of
+    // the whole model), to tell CPU-bound from network-bound.
+    for (v1::WireEncoding encoding : config.encodings) {
+      std::vector<double> encode_s, crc_s, decode_s;
+      std::string payload;
+      for (int r = 0; r < config.reps; ++r) {
+        payload.clear();
+        absl::Time t0 = absl::Now();
+        if (!EncodePayload(model_a, encoding, &payload).ok()) return 1;
+        absl::Time t1 = absl::Now();
+        const uint32_t crc = Crc32c(payload.data(), payload.size());
+        absl::Time t2 = absl::Now();
+        if (!DecodePayload(payload, encoding, scratch_a).ok() || crc == 1)
+          return 1;
+        absl::Time t3 = absl::Now();
+        encode_s.push_back(absl::ToDoubleSeconds(t1 - t0));
+        crc_s.push_back(absl::ToDoubleSeconds(t2 - t1));
+        decode_s.push_back(absl::ToDoubleSeconds(t3 - t2));
+      }
+      std::printf(
+          "  codec %s in memory, GB/s of model bytes: encode %.2f, crc32c "
+          "%.2f, check+decode %.2f\n",
+          EncodingName(encoding).c_str(), model_bytes / Median(encode_s) / 1e9,
+          model_bytes / Median(crc_s) / 1e9,
+          model_bytes / Median(decode_s) / 1e9);
+    }
+    std::printf("  %-5s %6s %-9s %9s %10s %10s %10s %10s %s\n", "enc",
+                "chunk", "direction", "TCP GB/s", "wire GB/s", "model GB/s",
+                "wire/TCP", "model/TCP", "wire/raw-gRPC");
     for (v1::WireEncoding encoding : config.encodings) {
       const double wire_per_model =
           encoding == v1::WIRE_ENCODING_BF16 ? 0.5 : 1.0;
@@ -294,33 +369,56 @@ int RunExchangeBench(int argc, char** argv) {
           ExchangeOptions options;
           options.encoding = encoding;
           options.chunk_bytes = kib << 10;
-          std::vector<double> seconds;
+          const double directions = both_ways ? 2 : 1;
+          // Each rep measures TCP and then the exchange right after it, so
+          // both see the same machine load; medians over reps.
+          std::vector<double> tcp_gbs, model_gbs, ratios, grpc_ratios;
           for (int r = 0; r < config.reps; ++r) {
-            options.deadline = absl::Now() + absl::Seconds(120);
+            const double tcp_s = TcpSeconds(model_bytes, both_ways);
+            if (tcp_s <= 0) {
+              std::fprintf(stderr, "raw TCP baseline failed\n");
+              return 1;
+            }
+            options.deadline = absl::Now() + absl::Seconds(300);
             const TransferKey key{1, ++round, v1::EXCHANGE_PHASE_GOSSIP, 0};
             const double s =
                 ExchangeSeconds(a, b, key, model_a, model_b, scratch_a,
                                 scratch_b, both_ways, options);
             if (s < 0) return 1;
-            seconds.push_back(s);
+            if (!both_ways) {
+              // The wire bytes of this encoding through bare gRPC.
+              const double g = RawGrpcSeconds(
+                  sink_address,
+                  static_cast<uint64_t>(model_bytes * wire_per_model),
+                  options.chunk_bytes);
+              if (g > 0) grpc_ratios.push_back(g / s);
+            }
+            tcp_gbs.push_back(directions * model_bytes / tcp_s / 1e9);
+            model_gbs.push_back(directions * model_bytes / s / 1e9);
+            ratios.push_back(tcp_s / s);
           }
-          const double directions = both_ways ? 2 : 1;
-          const double model_gbs =
-              directions * model_bytes / Median(seconds) / 1e9;
-          const double wire_gbs = model_gbs * wire_per_model;
-          const double tcp = both_ways ? tcp_both : tcp_one;
+          const double tcp = Median(tcp_gbs);
+          const double model = Median(model_gbs);
+          const double wire = model * wire_per_model;
+          const double model_ratio = Median(ratios);
+          const double wire_ratio = model_ratio * wire_per_model;
+          const double grpc_ratio =
+              grpc_ratios.empty() ? 0 : Median(grpc_ratios);
           const std::string enc = EncodingName(encoding);
-          std::printf("  %-5s %4uKiB %-9s %10.2f %10.2f %11.0f%% %11.0f%%\n",
-                      enc.c_str(), kib, both_ways ? "both" : "one",
-                      wire_gbs, model_gbs, 100 * wire_gbs / tcp,
-                      100 * model_gbs / tcp);
+          std::printf(
+              "  %-5s %4uKiB %-9s %9.2f %10.2f %10.2f %9.0f%% %9.0f%% %s\n",
+              enc.c_str(), kib, both_ways ? "both" : "one", tcp, wire, model,
+              100 * wire_ratio, 100 * model_ratio,
+              both_ways ? "" : absl::StrCat(static_cast<int>(100 * grpc_ratio),
+                                            "%").c_str());
           absl::StrAppend(
               &json, first_json ? "" : ",", "{\"floats\":", floats,
               ",\"encoding\":\"", enc, "\",\"chunk_kib\":", kib,
               ",\"both_ways\":", both_ways ? "true" : "false",
-              ",\"wire_gbps\":", wire_gbs, ",\"model_gbps\":", model_gbs,
-              ",\"tcp_gbps\":", tcp, ",\"wire_ratio\":", wire_gbs / tcp,
-              ",\"model_ratio\":", model_gbs / tcp, "}");
+              ",\"tcp_gbps\":", tcp, ",\"wire_gbps\":", wire,
+              ",\"model_gbps\":", model, ",\"wire_ratio\":", wire_ratio,
+              ",\"model_ratio\":", model_ratio, ",\"wire_vs_raw_grpc\":",
+              grpc_ratio, "}");
           first_json = false;
         }
       }
