@@ -112,7 +112,7 @@ cat > "$run_dir/job.json" <<JSON
 JSON
 ctl=("$bin/gaslocctl" --coordinator="$coordinator")
 job_id=$("${ctl[@]}" --output=json job start "$run_dir/job.json" |
-  /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["jobId"])')
+  /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["job_id"])')
 echo "local_cluster: job $job_id started ($algorithm, $rounds rounds of $local_steps steps)"
 "${ctl[@]}" job watch "$job_id"
 
@@ -121,9 +121,9 @@ echo "$status_json" > "$run_dir/job-status.json"
 /usr/bin/python3 - "$run_dir/job-status.json" <<'PY'
 import json, sys
 job = json.load(open(sys.argv[1]))
-print(f"local_cluster: job {job['jobId']} {job.get('state', '?')}: "
-      f"{job.get('roundsCompleted', 0)} rounds, {job.get('tokens', 0)} tokens, "
-      f"final validation bpb {job.get('valBpb', float('nan')):.4f}")
+print(f"local_cluster: job {job['job_id']} {job.get('state', '?')}: "
+      f"{job.get('rounds_completed', 0)} rounds, {job.get('tokens', 0)} tokens, "
+      f"final validation bpb {job.get('val_bpb', float('nan')):.4f}")
 PY
 checkpoint=$(ls -t "$run_dir"/checkpoints/*.ckpt 2>/dev/null | head -1 || true)
 if [ -n "$checkpoint" ]; then
