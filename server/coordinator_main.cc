@@ -1,12 +1,20 @@
 // gasloc-coordinator: tracks workers, accepts jobs, plans every round.
+#include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <thread>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "common/clock.h"
 #include "common/flags_setup.h"
 #include "common/log.h"
 #include "common/version.h"
+#include "coordinator/coordinator.h"
+#include "coordinator/store.h"
+#include "server/coordinator_service.h"
 #include "server/server_runner.h"
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:7070",
@@ -30,7 +38,34 @@ int main(int argc, char** argv) {
       "gasloc-coordinator: tracks live workers, accepts jobs and issues every "
       "outer round's gossip pairing and local-step budgets.\n\n"
       "Usage: gasloc-coordinator [--listen=HOST:PORT] [--db=FILE] "
-      "[--metrics_port=N]");
+      "[--lease_ms=N] [--metrics_port=N]");
+
+  const int lease_ms = absl::GetFlag(FLAGS_lease_ms);
+  if (lease_ms < 100 || lease_ms > 3600000) {
+    std::fprintf(stderr,
+                 "gasloc-coordinator: --lease_ms must be in [100, 3600000], "
+                 "got %d\n",
+                 lease_ms);
+    return 2;
+  }
+  const std::string db = absl::GetFlag(FLAGS_db);
+  auto store = gasloc::coordinator::Store::Open(db);
+  if (!store.ok()) {
+    GASLOC_LOG(ERROR) << "gasloc-coordinator: " << store.status();
+    std::fprintf(stderr, "gasloc-coordinator: %s\n",
+                 std::string(store.status().message()).c_str());
+    return 1;
+  }
+  gasloc::coordinator::CoordinatorOptions coordinator_options;
+  coordinator_options.lease = absl::Milliseconds(lease_ms);
+  auto coordinator = gasloc::coordinator::Coordinator::Create(
+      coordinator_options, std::move(*store), &gasloc::RealClock::Get());
+  if (!coordinator.ok()) {
+    GASLOC_LOG(ERROR) << "gasloc-coordinator: loading " << db << ": "
+                      << coordinator.status();
+    return 1;
+  }
+  gasloc::CoordinatorService service(coordinator->get());
 
   gasloc::ServerOptions options;
   options.listen_address = absl::GetFlag(FLAGS_listen);
@@ -38,18 +73,30 @@ int main(int argc, char** argv) {
                          absl::GetFlag(FLAGS_tls_key),
                          absl::GetFlag(FLAGS_tls_ca)};
   gasloc::ServerRunner runner(options);
+  runner.AddService(&service);
   auto port = runner.Start();
   if (!port.ok()) {
     GASLOC_LOG(ERROR) << "gasloc-coordinator: " << port.status();
     return 1;
   }
+  // Leases expire, pending jobs start and orphaned jobs fail even when no
+  // RPC arrives.
+  absl::Notification stop_ticker;
+  std::thread ticker([&] {
+    while (!stop_ticker.WaitForNotificationWithTimeout(absl::Milliseconds(500)))
+      (*coordinator)->Tick();
+  });
   GASLOC_LOG(INFO) << "gasloc-coordinator " << gasloc::kGaslocVersion
-                   << " listening on port " << *port;
+                   << " listening on port " << *port << ", database " << db
+                   << ", lease " << lease_ms << " ms";
   std::printf("listening on port %d\n", *port);
   std::fflush(stdout);
   const int signal_number = runner.WaitForTerminationSignal();
   GASLOC_LOG(INFO) << "signal " << signal_number << ": shutting down";
+  service.BeginShutdown();
   runner.Shutdown(absl::Seconds(5));
+  stop_ticker.Notify();
+  ticker.join();
   GASLOC_LOG(INFO) << "gasloc-coordinator stopped";
   return 0;
 }

@@ -1,13 +1,408 @@
 // gaslocctl: command-line client of the coordinator.
+//
+//   gaslocctl [--coordinator=HOST:PORT] [--output=table|json] COMMAND
+//
+// Exit codes: 0 ok; 1 the command failed (coordinator unreachable, job not
+// found, invalid spec, a watched job that failed or was stopped), with one
+// line "gaslocctl: <reason>" on stderr; 2 bad usage.
+#include <unistd.h>
+
+#include <cmath>
 #include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/flags_setup.h"
+#include "common/job_spec.h"
+#include "gasloc/v1/coordinator.grpc.pb.h"
+#include "google/protobuf/util/json_util.h"
+#include "grpcpp/grpcpp.h"
+#include "server/credentials.h"
 
 ABSL_FLAG(std::string, coordinator, "localhost:7070",
           "Coordinator address (host:port).");
 ABSL_FLAG(std::string, output, "table", "Output format: table or json.");
+ABSL_FLAG(int, timeout_ms, 10000,
+          "Deadline of each call in milliseconds (job watch: of connecting).");
+ABSL_FLAG(bool, all, false, "workers: include dead and departed workers.");
+ABSL_FLAG(std::string, reason, "gaslocctl job stop",
+          "job stop: the reason recorded with the job.");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM root of the coordinator's certificate (enables TLS).");
+ABSL_FLAG(std::string, tls_cert, "", "PEM client certificate (mutual TLS).");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
+
+namespace gasloc::ctl {
+namespace {
+
+constexpr int kOk = 0, kFailed = 1, kUsage = 2;
+
+int Fail(const std::string& message) {
+  std::fprintf(stderr, "gaslocctl: %s\n", message.c_str());
+  return kFailed;
+}
+
+int Usage(const std::string& message) {
+  std::fprintf(stderr, "gaslocctl: %s (see gaslocctl --help)\n",
+               message.c_str());
+  return kUsage;
+}
+
+bool Json() { return absl::GetFlag(FLAGS_output) == "json"; }
+
+std::string ToJson(const google::protobuf::Message& message) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  options.always_print_primitive_fields = true;
+  std::string out;
+  if (!google::protobuf::util::MessageToJsonString(message, &out, options).ok())
+    return "{}";
+  return out;
+}
+
+// One line naming what went wrong; UNAVAILABLE names the address.
+std::string Describe(const grpc::Status& status) {
+  if (status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+      status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED)
+    return absl::StrCat("coordinator ", absl::GetFlag(FLAGS_coordinator),
+                        " unreachable: ", status.error_message());
+  std::string message = status.error_message();
+  for (char& c : message)
+    if (c == '\n') c = ' ';
+  return message;
+}
+
+std::unique_ptr<grpc::ClientContext> Context() {
+  auto context = std::make_unique<grpc::ClientContext>();
+  context->set_deadline(std::chrono::system_clock::now() +
+                        std::chrono::milliseconds(absl::GetFlag(FLAGS_timeout_ms)));
+  return context;
+}
+
+std::string FormatCount(double v) {
+  if (v >= 1e9) return absl::StrFormat("%.2fG", v / 1e9);
+  if (v >= 1e6) return absl::StrFormat("%.2fM", v / 1e6);
+  if (v >= 1e3) return absl::StrFormat("%.1fk", v / 1e3);
+  return absl::StrFormat("%.0f", v);
+}
+
+std::string FormatEta(double seconds) {
+  if (seconds < 0) return "?";
+  return absl::FormatDuration(absl::Seconds(std::round(seconds)));
+}
+
+std::string StateName(v1::JobState state) {
+  std::string name = v1::JobState_Name(state);
+  constexpr absl::string_view kPrefix = "JOB_STATE_";
+  if (absl::string_view(name).substr(0, kPrefix.size()) == kPrefix)
+    name = name.substr(kPrefix.size());
+  return name;
+}
+
+std::string RoundText(const v1::JobStatus& job) {
+  const uint64_t max_rounds = job.spec().stop().max_rounds();
+  return max_rounds > 0 ? absl::StrCat(job.rounds_completed(), "/", max_rounds)
+                        : absl::StrCat(job.rounds_completed());
+}
+
+std::string LossText(float v) {
+  return v > 0 ? absl::StrFormat("%.4f", v) : std::string("-");
+}
+
+// Prints rows as left-aligned columns.
+void PrintTable(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> width;
+  for (const auto& row : rows)
+    for (size_t i = 0; i < row.size(); ++i) {
+      if (width.size() <= i) width.push_back(0);
+      width[i] = std::max(width[i], row[i].size());
+    }
+  for (const auto& row : rows) {
+    std::string line;
+    for (size_t i = 0; i < row.size(); ++i) {
+      line += row[i];
+      if (i + 1 < row.size()) line += std::string(width[i] - row[i].size() + 2, ' ');
+    }
+    std::printf("%s\n", line.c_str());
+  }
+}
+
+void PrintJobs(const std::vector<const v1::JobStatus*>& jobs) {
+  std::vector<std::vector<std::string>> rows = {
+      {"ID", "NAME", "STATE", "ROUND", "TOKENS", "LOSS", "VAL_BPB", "WORKERS",
+       "ETA", "MESSAGE"}};
+  for (const v1::JobStatus* job : jobs) {
+    rows.push_back({absl::StrCat(job->job_id()), job->spec().name(),
+                    StateName(job->state()), RoundText(*job),
+                    FormatCount(static_cast<double>(job->tokens())),
+                    LossText(job->train_loss()), LossText(job->val_bpb()),
+                    absl::StrCat(job->worker_ids_size()),
+                    FormatEta(job->eta_seconds()), job->message()});
+  }
+  PrintTable(rows);
+}
+
+void PrintJobDetail(const v1::JobStatus& job) {
+  auto ms = [](int64_t t) {
+    return t == 0 ? std::string("-")
+                  : absl::FormatTime("%Y-%m-%d %H:%M:%S UTC",
+                                     absl::FromUnixMillis(t), absl::UTCTimeZone());
+  };
+  const auto& outer = job.spec().outer();
+  PrintTable({
+      {"id:", absl::StrCat(job.job_id())},
+      {"name:", job.spec().name()},
+      {"state:", StateName(job.state())},
+      {"message:", job.message()},
+      {"algorithm:", absl::StrCat(v1::Algorithm_Name(outer.algorithm()), ", ",
+                                  v1::Topology_Name(outer.topology()), ", ",
+                                  v1::BudgetPolicy_Name(outer.budget_policy()),
+                                  ", H=", outer.local_steps())},
+      {"rounds:", absl::StrCat(RoundText(job), " completed, ",
+                               job.round_planned(), " highest planned")},
+      {"epoch:", absl::StrCat(job.epoch())},
+      {"workers:", absl::StrJoin(job.worker_ids(), ",")},
+      {"tokens:", absl::StrCat(job.tokens())},
+      {"train loss:", LossText(job.train_loss())},
+      {"val bpb:", LossText(job.val_bpb())},
+      {"created:", ms(job.created_unix_ms())},
+      {"started:", ms(job.started_unix_ms())},
+      {"ended:", ms(job.ended_unix_ms())},
+      {"eta:", FormatEta(job.eta_seconds())},
+  });
+  if (job.budget_changes_size() > 0) {
+    std::printf("budget changes (newest last):\n");
+    std::vector<std::vector<std::string>> rows = {
+        {"  ROUND", "WORKER", "H", "REASON"}};
+    for (const auto& c : job.budget_changes())
+      rows.push_back({absl::StrCat("  ", c.round()), absl::StrCat(c.worker_id()),
+                      absl::StrCat(c.old_local_steps(), "->", c.new_local_steps()),
+                      c.reason()});
+    PrintTable(rows);
+  }
+}
+
+absl::StatusOr<uint64_t> ParseId(const std::string& text) {
+  uint64_t id;
+  if (!absl::SimpleAtoi(text, &id) || id == 0)
+    return absl::InvalidArgumentError(
+        absl::StrCat("job id must be a positive integer, got '", text, "'"));
+  return id;
+}
+
+int JobStart(v1::Coordinator::Stub& stub, const std::string& path) {
+  std::string text;
+  if (path == "-") {
+    std::stringstream buffer;
+    buffer << std::cin.rdbuf();
+    text = buffer.str();
+  } else {
+    std::ifstream in(path);
+    if (!in) return Fail(absl::StrCat("cannot read spec file '", path, "'"));
+    std::stringstream buffer;
+    buffer << in.rdbuf();
+    text = buffer.str();
+  }
+  auto spec = ParseJobSpec(text);
+  if (!spec.ok()) return Fail(absl::StrCat("invalid spec: ", spec.status().message()));
+  if (auto valid = ValidateJobSpec(*spec); !valid.ok())
+    return Fail(absl::StrCat("invalid spec: ", valid.message()));
+  v1::StartJobRequest request;
+  *request.mutable_spec() = *spec;
+  v1::StartJobResponse response;
+  grpc::Status status = stub.StartJob(Context().get(), request, &response);
+  if (!status.ok()) return Fail(Describe(status));
+  if (Json()) {
+    std::printf("%s\n", ToJson(response.job()).c_str());
+  } else {
+    std::printf("job %llu (%s) started: %s\n",
+                static_cast<unsigned long long>(response.job().job_id()),
+                response.job().spec().name().c_str(),
+                StateName(response.job().state()).c_str());
+  }
+  return kOk;
+}
+
+int JobList(v1::Coordinator::Stub& stub) {
+  v1::ListJobsResponse response;
+  grpc::Status status = stub.ListJobs(Context().get(), {}, &response);
+  if (!status.ok()) return Fail(Describe(status));
+  if (Json()) {
+    std::printf("%s\n", ToJson(response).c_str());
+    return kOk;
+  }
+  std::vector<const v1::JobStatus*> jobs;
+  for (const auto& job : response.jobs()) jobs.push_back(&job);
+  PrintJobs(jobs);
+  return kOk;
+}
+
+int JobGet(v1::Coordinator::Stub& stub, uint64_t id) {
+  v1::GetJobRequest request;
+  request.set_job_id(id);
+  v1::GetJobResponse response;
+  grpc::Status status = stub.GetJob(Context().get(), request, &response);
+  if (!status.ok()) return Fail(Describe(status));
+  if (Json()) {
+    std::printf("%s\n", ToJson(response.job()).c_str());
+  } else {
+    PrintJobDetail(response.job());
+  }
+  return kOk;
+}
+
+int JobStop(v1::Coordinator::Stub& stub, uint64_t id) {
+  v1::StopJobRequest request;
+  request.set_job_id(id);
+  request.set_reason(absl::GetFlag(FLAGS_reason));
+  v1::StopJobResponse response;
+  grpc::Status status = stub.StopJob(Context().get(), request, &response);
+  if (!status.ok()) return Fail(Describe(status));
+  if (Json()) {
+    std::printf("%s\n", ToJson(response.job()).c_str());
+  } else {
+    std::printf("job %llu %s: %s\n", static_cast<unsigned long long>(id),
+                StateName(response.job().state()).c_str(),
+                response.job().message().c_str());
+  }
+  return kOk;
+}
+
+std::string ProgressLine(const v1::JobStatus& job) {
+  return absl::StrFormat(
+      "job %d %s  round %s  tokens %s  loss %s  val_bpb %s  workers %d  ETA %s",
+      job.job_id(), StateName(job.state()), RoundText(job),
+      FormatCount(static_cast<double>(job.tokens())), LossText(job.train_loss()),
+      LossText(job.val_bpb()), job.worker_ids_size(),
+      FormatEta(job.eta_seconds()));
+}
+
+int JobWatch(v1::Coordinator::Stub& stub, uint64_t id) {
+  grpc::ClientContext context;
+  v1::WatchJobRequest request;
+  request.set_job_id(id);
+  auto reader = stub.WatchJob(&context, request);
+  const bool tty = isatty(STDOUT_FILENO) != 0 && !Json();
+  v1::JobEvent event;
+  v1::JobStatus last;
+  bool any = false;
+  while (reader->Read(&event)) {
+    any = true;
+    last = event.job();
+    if (Json()) {
+      std::printf("%s\n", ToJson(event).c_str());
+    } else if (tty) {
+      // One live line, redrawn; notable events get their own line above it.
+      if (event.kind() != v1::JOB_EVENT_KIND_PROGRESS &&
+          event.kind() != v1::JOB_EVENT_KIND_ROUND &&
+          event.kind() != v1::JOB_EVENT_KIND_SNAPSHOT)
+        std::printf("\r\033[K%s\n", event.description().c_str());
+      std::printf("\r\033[K%s", ProgressLine(last).c_str());
+    } else {
+      std::printf("%s  (%s)\n", ProgressLine(last).c_str(),
+                  event.description().c_str());
+    }
+    std::fflush(stdout);
+  }
+  grpc::Status status = reader->Finish();
+  if (tty) std::printf("\n");
+  if (!status.ok() && !any) return Fail(Describe(status));
+  switch (last.state()) {
+    case v1::JOB_STATE_FINISHED:
+      return kOk;
+    case v1::JOB_STATE_FAILED:
+    case v1::JOB_STATE_STOPPED:
+      return Fail(absl::StrCat("job ", id, " ", StateName(last.state()), ": ",
+                               last.message()));
+    default:
+      return Fail(absl::StrCat("watch of job ", id, " ended early: ",
+                               status.ok() ? "stream closed" : Describe(status)));
+  }
+}
+
+int Workers(v1::Coordinator::Stub& stub) {
+  v1::ListWorkersRequest request;
+  request.set_include_gone(absl::GetFlag(FLAGS_all));
+  v1::ListWorkersResponse response;
+  grpc::Status status = stub.ListWorkers(Context().get(), request, &response);
+  if (!status.ok()) return Fail(Describe(status));
+  if (Json()) {
+    std::printf("%s\n", ToJson(response).c_str());
+    return kOk;
+  }
+  std::vector<std::vector<std::string>> rows = {
+      {"ID", "ADDRESS", "HOST", "CORES", "STATE", "JOB", "ROUND", "LOSS",
+       "STEPS/S", "LINK_MB/S", "H_I", "HEARTBEAT", "VERSION"}};
+  for (const auto& w : response.workers()) {
+    std::string state = v1::WorkerState_Name(w.state());
+    if (state.rfind("WORKER_STATE_", 0) == 0) state = state.substr(13);
+    const auto& p = w.progress();
+    rows.push_back({absl::StrCat(w.worker_id()), w.info().address(),
+                    w.info().hostname().empty() ? "-" : w.info().hostname(),
+                    absl::StrCat(w.info().cores()), state,
+                    p.job_id() == 0 ? "-" : absl::StrCat(p.job_id()),
+                    absl::StrCat(p.round()), LossText(p.train_loss()),
+                    absl::StrFormat("%.2f", p.steps_per_second()),
+                    absl::StrFormat("%.1f", p.link_bytes_per_second() / 1e6),
+                    w.local_steps() == 0 ? "-" : absl::StrCat(w.local_steps()),
+                    absl::StrCat(w.heartbeat_age_ms(), "ms"),
+                    w.info().software_version()});
+  }
+  PrintTable(rows);
+  return kOk;
+}
+
+int Run(const std::vector<std::string>& args) {
+  const std::string output = absl::GetFlag(FLAGS_output);
+  if (output != "table" && output != "json")
+    return Usage(absl::StrCat("--output must be table or json, got '", output, "'"));
+  if (args.size() < 2) return Usage("missing COMMAND");
+  CredentialsOptions credentials{absl::GetFlag(FLAGS_tls_cert),
+                                 absl::GetFlag(FLAGS_tls_key),
+                                 absl::GetFlag(FLAGS_tls_ca)};
+  auto channel_credentials = MakeChannelCredentials(credentials);
+  if (!channel_credentials.ok())
+    return Fail(std::string(channel_credentials.status().message()));
+  auto channel = grpc::CreateChannel(absl::GetFlag(FLAGS_coordinator),
+                                     *channel_credentials);
+  auto stub = v1::Coordinator::NewStub(channel);
+
+  const std::string& command = args[1];
+  if (command == "workers") {
+    if (args.size() != 2) return Usage("workers takes no arguments");
+    return Workers(*stub);
+  }
+  if (command != "job") return Usage(absl::StrCat("unknown command '", command, "'"));
+  if (args.size() < 3) return Usage("job needs a subcommand: start, list, get, watch, stop");
+  const std::string& sub = args[2];
+  if (sub == "list") {
+    if (args.size() != 3) return Usage("job list takes no arguments");
+    return JobList(*stub);
+  }
+  if (args.size() != 4)
+    return Usage(absl::StrCat("job ", sub, " needs exactly one argument"));
+  if (sub == "start") return JobStart(*stub, args[3]);
+  auto id = ParseId(args[3]);
+  if (!id.ok()) return Usage(std::string(id.status().message()));
+  if (sub == "get") return JobGet(*stub, *id);
+  if (sub == "watch") return JobWatch(*stub, *id);
+  if (sub == "stop") return JobStop(*stub, *id);
+  return Usage(absl::StrCat("unknown job subcommand '", sub, "'"));
+}
+
+}  // namespace
+}  // namespace gasloc::ctl
 
 int main(int argc, char** argv) {
   auto args = gasloc::ParseFlagsOrExit(
@@ -15,13 +410,14 @@ int main(int argc, char** argv) {
       "gaslocctl: control a gasloc coordinator.\n\n"
       "Usage: gaslocctl [--coordinator=HOST:PORT] [--output=table|json] "
       "COMMAND\n"
-      "  job start SPEC   start a job (SPEC: JSON or text-format JobSpec file)\n"
+      "  job start SPEC   start a job (SPEC: JSON or text-format JobSpec file; "
+      "- = stdin)\n"
       "  job list         list jobs\n"
       "  job get ID       show one job\n"
-      "  job watch ID     follow a job's progress until it ends\n"
-      "  job stop ID      stop a job\n"
-      "  workers          list workers");
-  std::fprintf(stderr, "gaslocctl: commands are not yet available in this "
-                       "build\n");
-  return 2;
+      "  job watch ID     follow a job's progress until it ends (exit 0 when it "
+      "finishes)\n"
+      "  job stop ID      stop a job [--reason=TEXT]\n"
+      "  workers          list workers [--all: dead and departed too]\n"
+      "Exit codes: 0 ok, 1 failed (one-line reason on stderr), 2 bad usage.");
+  return gasloc::ctl::Run(args);
 }

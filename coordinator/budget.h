@@ -1,0 +1,67 @@
+// The local-step budget planner (algorithms.md section 5): per-worker inner
+// steps H_i for one round from each worker's measured inner-step rate s_i
+// and link bandwidth b_i, so that partners reach the exchange at about the
+// same moment.
+//
+//   T   = H / max_i s_i + c_typ          (fastest worker doing the nominal H)
+//   c_i = exchange_bytes / b_i           (its own exchange time)
+//   H_i = clamp(round((T - c_i) * s_i), H_min, H)
+//
+// c_typ is the median c_i over the workers whose bandwidth is known; a
+// worker whose bandwidth is not known yet is assumed to have c_i = c_typ.
+// A worker with no measurement at all gets the nominal H ("no measurement
+// yet"); the UNIFORM policy (DiLoCo and the other baselines) gives everyone
+// the nominal H.
+//
+// Pure function of its inputs; thread-safe.
+#ifndef GASLOC_COORDINATOR_BUDGET_H_
+#define GASLOC_COORDINATOR_BUDGET_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "gasloc/v1/job.pb.h"
+
+namespace gasloc::coordinator {
+
+// What the coordinator knows about one worker's speed.
+struct WorkerRates {
+  // Inner steps per second (EMA); <= 0 = not measured yet.
+  double steps_per_second = 0;
+  // Link bandwidth, bytes per second (EMA); <= 0 = not measured yet.
+  double bytes_per_second = 0;
+};
+
+struct BudgetOptions {
+  v1::BudgetPolicy policy = v1::BUDGET_POLICY_ADAPTIVE;
+  // Nominal H (the ceiling) and H_min (the floor).
+  uint32_t nominal_steps = 100;
+  uint32_t min_steps = 10;
+  // Bytes one worker moves in its exchange (the wire size of the model).
+  double exchange_bytes = 0;
+};
+
+struct Budget {
+  uint32_t local_steps = 0;
+  std::string reason;
+};
+
+struct BudgetPlan {
+  // One per input worker, same order.
+  std::vector<Budget> budgets;
+  // Target round time T and typical exchange time c_typ, seconds; 0 when
+  // no worker has a measurement.
+  double target_round_seconds = 0;
+  double typical_exchange_seconds = 0;
+};
+
+BudgetPlan PlanBudgets(const std::vector<WorkerRates>& workers,
+                       const BudgetOptions& options);
+
+// Exponential moving average: the first sample (old <= 0) is taken as is.
+double UpdateEma(double old_value, double sample, double weight);
+
+}  // namespace gasloc::coordinator
+
+#endif  // GASLOC_COORDINATOR_BUDGET_H_

@@ -1,0 +1,235 @@
+// The coordinator's state machine: worker membership (registration, leases,
+// graceful leave), jobs (PENDING -> RUNNING -> FINISHED / FAILED / STOPPED),
+// lazily planned rounds (epoch, gossip schedule, per-worker budgets) and the
+// event log that WatchJob streams. No gRPC: server/coordinator_service.cc
+// translates RPCs into these calls, so everything here is tested with a
+// FakeClock and an in-memory SQLite database (docs/coordinator.md).
+//
+// Decisions are made by pure functions (schedule.h PlanSchedule, budget.h
+// PlanBudgets, StopReason and EstimateEtaSeconds below) from the time read
+// once per call from the injected Clock; this class only applies them,
+// persists the result (store.h) and wakes waiters.
+//
+// Thread safety: every public method is thread-safe (one mutex guards all
+// state; SQLite writes happen under it, one transaction per call).
+// GetAssignment and WaitJobEvents block on a condition variable (real time)
+// while they wait; everything else returns at once.
+#ifndef GASLOC_COORDINATOR_COORDINATOR_H_
+#define GASLOC_COORDINATOR_COORDINATOR_H_
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "coordinator/budget.h"
+#include "coordinator/schedule.h"
+#include "coordinator/store.h"
+#include "gasloc/v1/coordinator.pb.h"
+
+namespace gasloc::coordinator {
+
+struct CoordinatorOptions {
+  // Worker lease: a worker not heard from for this long is dead.
+  absl::Duration lease = absl::Seconds(10);
+  // Weight of a new sample in the s_i / b_i moving averages.
+  double ema_weight = 0.3;
+  // Budget changes kept in JobStatus.budget_changes (newest last).
+  int max_budget_changes = 32;
+  // Planned rounds kept (in memory and in SQLite) per job.
+  uint64_t rounds_kept = 64;
+  // A RUNNING job with no live member for this long FAILS.
+  absl::Duration orphan_timeout = absl::Seconds(120);
+  // GetAssignment's wait when the request says 0.
+  absl::Duration default_wait = absl::Seconds(10);
+  // Events kept per job for WatchJob.
+  size_t events_kept = 256;
+};
+
+// Why a job must stop before planning `next_round`, or nullopt to go on:
+// max_rounds, max_tokens, or max_wall_seconds since `started`.
+std::optional<std::string> StopReason(const v1::JobSpec& spec,
+                                      uint64_t next_round, uint64_t tokens,
+                                      absl::Time started, absl::Time now);
+
+// Seconds until the first stop condition is reached at the rate observed
+// since `started`; < 0 = unknown.
+double EstimateEtaSeconds(const v1::JobStatus& status, absl::Time now);
+
+// Bytes one worker moves per exchange: the model's wire size times the
+// number of model copies the topology sends (1 peer: 1; 2 peers / ring: 2;
+// ring all-reduce over n: 2(n-1)/n).
+double ExchangeBytes(const v1::JobSpec& spec, uint32_t members);
+
+// A batch of events for a watcher.
+struct JobEvents {
+  std::vector<v1::JobEvent> events;
+  // Pass as after_seq next time.
+  uint64_t next_seq = 0;
+  // The job is in a final state.
+  bool ended = false;
+};
+
+class Coordinator {
+ public:
+  // `store` may be null (state in memory only). Loads the store's state: a
+  // restarted coordinator resumes its RUNNING jobs and gives every worker
+  // that was alive a fresh lease starting now.
+  static absl::StatusOr<std::unique_ptr<Coordinator>> Create(
+      CoordinatorOptions options, std::unique_ptr<Store> store,
+      const Clock* clock);
+  ~Coordinator();
+
+  absl::StatusOr<v1::RegisterWorkerResponse> RegisterWorker(
+      const v1::RegisterWorkerRequest& request);
+  absl::StatusOr<v1::HeartbeatResponse> Heartbeat(
+      const v1::HeartbeatRequest& request);
+  absl::Status LeaveWorker(const v1::LeaveWorkerRequest& request);
+  v1::ListWorkersResponse ListWorkers(const v1::ListWorkersRequest& request);
+
+  absl::StatusOr<v1::JobStatus> StartJob(const v1::JobSpec& spec);
+  absl::StatusOr<v1::JobStatus> GetJob(uint64_t job_id);
+  v1::ListJobsResponse ListJobs();
+  absl::StatusOr<v1::JobStatus> StopJob(uint64_t job_id,
+                                        const std::string& reason);
+
+  // Long-poll: returns the worker's next assignment at once when there is
+  // one, else waits (condition variable) up to request.wait_ms and returns
+  // ASSIGNMENT_KIND_NONE.
+  // `cancelled`, if given, is polled at least every 500 ms while waiting;
+  // when it returns true the call returns NONE early.
+  absl::StatusOr<v1::Assignment> GetAssignment(
+      const v1::GetAssignmentRequest& request,
+      const std::function<bool()>& cancelled = nullptr);
+  absl::Status ReportRound(const v1::ReportRoundRequest& request);
+
+  // WatchJob: the current status as a SNAPSHOT event and the sequence
+  // number to continue from.
+  absl::StatusOr<std::pair<v1::JobEvent, uint64_t>> WatchSnapshot(
+      uint64_t job_id);
+  // Events of `job_id` after `after_seq`, waiting up to `max_wait` for the
+  // first one.
+  absl::StatusOr<JobEvents> WaitJobEvents(uint64_t job_id, uint64_t after_seq,
+                                          absl::Duration max_wait);
+
+  // Expires leases, starts pending jobs, fails orphaned ones. Every call
+  // does this too; the server also calls it periodically.
+  void Tick();
+
+ private:
+  struct WorkerRec {
+    StoredWorker stored;
+    absl::Time lease_expiry;
+    absl::Time last_heartbeat;
+    v1::WorkerProgress progress;
+  };
+  struct EpochRec {
+    uint64_t epoch = 0;
+    uint64_t first_round = 0;
+    std::vector<uint64_t> members;  // sorted
+  };
+  struct RoundRec {
+    uint64_t round = 0;
+    uint64_t epoch = 0;
+    int64_t deadline_unix_ms = 0;
+    RoundSchedule schedule;
+    std::vector<uint32_t> local_steps;  // aligned with the epoch's members
+    std::vector<std::string> reasons;
+  };
+  struct JobRec {
+    StoredJob stored;
+    std::map<uint64_t, StoredMember> members;  // workers bound to the job
+    std::map<uint64_t, EpochRec> epochs;
+    std::map<uint64_t, RoundRec> rounds;  // the last rounds_kept planned
+    uint64_t next_round = 0;              // rounds planned so far
+    std::optional<absl::Time> orphaned_since;
+    std::deque<std::pair<uint64_t, v1::JobEvent>> events;
+  };
+
+  Coordinator(CoordinatorOptions options, std::unique_ptr<Store> store,
+              const Clock* clock);
+  absl::Status Load(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Transactions: Begin at the start of a mutating call, End at its end
+  // (commits; returns the first write error of the call).
+  void BeginTxn() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status EndTxn() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Note(const absl::Status& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SaveWorker(const WorkerRec& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SaveJob(const JobRec& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SaveMember(const StoredMember& m) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  void TickLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ExpireLeases(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AssignIdleWorkers(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CheckOrphans(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Finds a live worker or NOT_FOUND naming it and why.
+  absl::StatusOr<WorkerRec*> LiveWorker(uint64_t worker_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<JobRec*> FindJob(uint64_t job_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Renew(WorkerRec& w, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void BindWorker(JobRec& job, WorkerRec& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ReleaseWorker(WorkerRec& w, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends the job (FINISHED / FAILED / STOPPED) and releases its workers.
+  void EndJob(JobRec& job, v1::JobState state, const std::string& message,
+              absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void MaybeFinish(JobRec& job, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UpdateProgress(JobRec& job, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AddEvent(JobRec& job, v1::JobEventKind kind,
+                const std::string& description, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  v1::JobStatus StatusOf(const JobRec& job, absl::Time now) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Plans round job.next_round (or decides that the job stops there).
+  void PlanNextRound(JobRec& job, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The worker's assignment if one is due now; nullopt = wait.
+  absl::StatusOr<std::optional<v1::Assignment>> TryAssign(
+      const v1::GetAssignmentRequest& request, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  v1::Assignment BuildAssignment(const JobRec& job, const RoundRec& round,
+                                 uint64_t worker_id) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  v1::Assignment StopAssignment(const JobRec& job, const std::string& message)
+      const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static const EpochRec* EpochOf(const JobRec& job, uint64_t epoch);
+  RoundRec MakeRoundRec(const JobRec& job, uint64_t round, uint64_t epoch,
+                        int64_t deadline_unix_ms) const;
+
+  const CoordinatorOptions options_;
+  const Clock* const clock_;
+
+  mutable absl::Mutex mu_;
+  absl::CondVar changed_;  // signalled on every state change
+  std::unique_ptr<Store> store_ ABSL_GUARDED_BY(mu_);
+  absl::Status txn_error_ ABSL_GUARDED_BY(mu_);
+  std::map<uint64_t, WorkerRec> workers_ ABSL_GUARDED_BY(mu_);
+  std::set<uint64_t> idle_ ABSL_GUARDED_BY(mu_);  // alive, no job
+  std::set<std::pair<absl::Time, uint64_t>> leases_ ABSL_GUARDED_BY(mu_);
+  std::map<uint64_t, JobRec> jobs_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_worker_id_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t next_job_id_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t event_seq_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace gasloc::coordinator
+
+#endif  // GASLOC_COORDINATOR_COORDINATOR_H_

@@ -1,0 +1,85 @@
+// Round schedules: which peers each member of a membership epoch talks to in
+// one outer round (algorithms.md sections 2-3), as a pure function of
+// (job seed, round, epoch, members, topology). Every member computes nothing
+// itself: the coordinator plans the schedule once per round and hands each
+// worker its row, and because the function is deterministic a restarted
+// coordinator reproduces the same schedule from the persisted epoch members.
+//
+//   RoundSchedule s = PlanSchedule({seed, round, epoch, topology}, n);
+//   for (int j : s.peers[i]) ...   // member indices, not worker ids
+//
+// Topologies:
+//   RANDOM_ONE_PEER  a uniformly random perfect matching (Fisher-Yates
+//                    shuffle, consecutive pairs); with n odd the last member
+//                    of the shuffle has no peer, so the odd one out varies.
+//   RANDOM_TWO_PEER  the union of two independent matchings (<= 2 peers).
+//   RING             members in sorted order, each with its two neighbours
+//                    (one neighbour when n == 2).
+//   COMPLETE         everyone with everyone.
+//
+// Thread safety: pure functions; safe from any thread.
+#ifndef GASLOC_COORDINATOR_SCHEDULE_H_
+#define GASLOC_COORDINATOR_SCHEDULE_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "gasloc/v1/job.pb.h"
+
+namespace gasloc::coordinator {
+
+// A small deterministic generator (splitmix64). Used instead of <random>
+// distributions, whose output differs between standard libraries, so a
+// schedule is the same on every build.
+class SplitMix64 {
+ public:
+  explicit SplitMix64(uint64_t seed) : state_(seed) {}
+  uint64_t Next() {
+    uint64_t z = (state_ += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+  }
+  // Uniform in [0, bound), bound > 0, without modulo bias (rejection).
+  uint64_t Below(uint64_t bound);
+
+ private:
+  uint64_t state_;
+};
+
+struct ScheduleKey {
+  uint64_t seed = 0;
+  uint64_t round = 0;
+  uint64_t epoch = 0;
+  v1::Topology topology = v1::TOPOLOGY_RANDOM_ONE_PEER;
+  // Which of the two matchings of a RANDOM_TWO_PEER round (internal).
+  uint64_t stream = 0;
+};
+
+struct RoundSchedule {
+  // Members in the round.
+  uint32_t n = 0;
+  // COMPLETE: every member is a peer of every other one; `peers` is left
+  // empty (n^2 entries would not fit for 10,000 workers).
+  bool complete = false;
+  // peers[i]: indices (into the epoch's sorted member list) of member i's
+  // peers this round, ascending. Symmetric: j in peers[i] iff i in peers[j].
+  std::vector<std::vector<uint32_t>> peers;
+
+  // Member i's peers, ascending (materialises the row for COMPLETE).
+  std::vector<uint32_t> PeersOf(uint32_t i) const;
+};
+
+// Plans the communication graph of one round for `n` members.
+RoundSchedule PlanSchedule(const ScheduleKey& key, uint32_t n);
+
+// One uniformly random matching as a partner table: partner[i] is i's peer
+// or -1 (only for the odd one out). Exposed for tests and the benchmark.
+std::vector<int32_t> RandomMatching(uint64_t seed, uint32_t n);
+
+// Mixes (seed, round, epoch, stream) into one generator seed.
+uint64_t ScheduleSeed(const ScheduleKey& key);
+
+}  // namespace gasloc::coordinator
+
+#endif  // GASLOC_COORDINATOR_SCHEDULE_H_

@@ -1,0 +1,555 @@
+// The coordinator's state machine, driven by a FakeClock: membership and
+// leases, the job state machine, lazily planned rounds and epochs, budgets,
+// stopping, restart from SQLite, and long-poll wake-ups.
+#include "coordinator/coordinator.h"
+
+#include <cstdio>
+#include <map>
+#include <set>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "common/job_spec.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace gasloc::coordinator {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr absl::Duration kLease = absl::Seconds(10);
+
+v1::JobSpec Spec(uint32_t min_workers = 1, uint64_t max_rounds = 100) {
+  v1::JobSpec spec;
+  spec.set_name("test-job");
+  spec.mutable_data()->set_corpus_path("/data/corpus.txt");
+  spec.mutable_stop()->set_max_rounds(max_rounds);
+  spec.set_min_workers(min_workers);
+  spec.mutable_model()->set_layers(2);
+  spec.mutable_model()->set_d_model(16);
+  spec.mutable_model()->set_heads(1);
+  spec.mutable_model()->set_context(16);
+  spec.mutable_outer()->set_local_steps(100);
+  return spec;
+}
+
+class CoordinatorTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Make(nullptr); }
+
+  void Make(std::unique_ptr<Store> store) {
+    coord_.reset();
+    CoordinatorOptions options;
+    options.lease = kLease;
+    auto c = Coordinator::Create(options, std::move(store), &clock_);
+    ASSERT_TRUE(c.ok()) << c.status();
+    coord_ = std::move(*c);
+  }
+
+  uint64_t Register(const std::string& address = "") {
+    v1::RegisterWorkerRequest req;
+    req.mutable_info()->set_address(
+        address.empty() ? absl::StrCat("10.0.0.", ++hosts_, ":7000") : address);
+    req.mutable_info()->set_cores(4);
+    auto resp = coord_->RegisterWorker(req);
+    EXPECT_TRUE(resp.ok()) << resp.status();
+    EXPECT_EQ(resp->lease_ms(), 10000u);
+    return resp->worker_id();
+  }
+
+  absl::StatusOr<v1::HeartbeatResponse> Beat(uint64_t id, uint64_t job = 0) {
+    v1::HeartbeatRequest req;
+    req.set_worker_id(id);
+    req.mutable_progress()->set_job_id(job);
+    return coord_->Heartbeat(req);
+  }
+
+  absl::StatusOr<v1::Assignment> Ask(uint64_t id, uint64_t job, int64_t after,
+                                     uint32_t wait_ms = 1) {
+    v1::GetAssignmentRequest req;
+    req.set_worker_id(id);
+    req.set_job_id(job);
+    req.set_after_round(after);
+    req.set_wait_ms(wait_ms);
+    return coord_->GetAssignment(req);
+  }
+
+  absl::Status Report(uint64_t id, uint64_t job, uint64_t round,
+                      uint32_t steps = 100, double compute_s = 10,
+                      uint64_t bytes = 0, double exchange_s = 0) {
+    v1::ReportRoundRequest req;
+    req.set_worker_id(id);
+    req.set_job_id(job);
+    req.set_round(round);
+    req.set_inner_steps(steps);
+    req.set_compute_seconds(compute_s);
+    req.set_bytes_sent(bytes);
+    req.set_bytes_received(bytes);
+    req.set_exchange_seconds(exchange_s);
+    req.set_train_loss(2.0f);
+    req.set_tokens(1000);
+    return coord_->ReportRound(req);
+  }
+
+  uint64_t Start(const v1::JobSpec& spec) {
+    auto st = coord_->StartJob(spec);
+    EXPECT_TRUE(st.ok()) << st.status();
+    return st->job_id();
+  }
+
+  FakeClock clock_;
+  std::unique_ptr<Coordinator> coord_;
+  int hosts_ = 0;
+};
+
+TEST_F(CoordinatorTest, RegisterHeartbeatAndLeaseExpiry) {
+  const uint64_t a = Register(), b = Register();
+  EXPECT_GT(a, 0u);
+  EXPECT_NE(a, b);
+  clock_.Advance(absl::Seconds(8));
+  ASSERT_TRUE(Beat(a).ok());  // a renewed, b not
+  clock_.Advance(absl::Seconds(3));
+  EXPECT_TRUE(Beat(a).ok());
+  auto dead = Beat(b);
+  ASSERT_FALSE(dead.ok());
+  EXPECT_EQ(dead.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(dead.status().message(), HasSubstr(absl::StrCat("worker ", b)));
+  EXPECT_THAT(dead.status().message(), HasSubstr("lease expired"));
+
+  auto unknown = Beat(999);
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(unknown.status().message(), HasSubstr("worker 999"));
+
+  v1::ListWorkersRequest list;
+  EXPECT_EQ(coord_->ListWorkers(list).workers_size(), 1);
+  list.set_include_gone(true);
+  auto all = coord_->ListWorkers(list);
+  ASSERT_EQ(all.workers_size(), 2);
+  EXPECT_EQ(all.workers(1).state(), v1::WORKER_STATE_DEAD);
+}
+
+TEST_F(CoordinatorTest, LeaveRemovesAtOnce) {
+  const uint64_t a = Register();
+  v1::LeaveWorkerRequest leave;
+  leave.set_worker_id(a);
+  leave.set_reason("SIGTERM");
+  ASSERT_TRUE(coord_->LeaveWorker(leave).ok());
+  EXPECT_EQ(coord_->ListWorkers({}).workers_size(), 0);
+  EXPECT_EQ(Beat(a).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(Beat(a).status().message(), HasSubstr("left"));
+}
+
+TEST_F(CoordinatorTest, BadRegistrationNamesTheField) {
+  v1::RegisterWorkerRequest req;
+  req.mutable_info()->set_cores(2);
+  auto r = coord_->RegisterWorker(req);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(), HasSubstr("info.address"));
+}
+
+TEST_F(CoordinatorTest, BadSpecAndUnknownJob) {
+  v1::JobSpec spec = Spec();
+  spec.mutable_outer()->set_alpha(2);
+  auto st = coord_->StartJob(spec);
+  EXPECT_EQ(st.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(st.status().message(), HasSubstr("outer.alpha"));
+  auto get = coord_->GetJob(77);
+  EXPECT_EQ(get.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(get.status().message(), HasSubstr("job 77"));
+  EXPECT_EQ(coord_->StopJob(77, "").status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST_F(CoordinatorTest, PendingUntilMinWorkersThenRunning) {
+  const uint64_t job = Start(Spec(/*min_workers=*/3));
+  EXPECT_EQ(coord_->GetJob(job)->state(), v1::JOB_STATE_PENDING);
+  const uint64_t a = Register(), b = Register();
+  EXPECT_EQ(coord_->GetJob(job)->state(), v1::JOB_STATE_PENDING);
+  EXPECT_THAT(coord_->GetJob(job)->message(), HasSubstr("waiting for 3"));
+  // Idle workers of a pending job get nothing yet.
+  EXPECT_EQ(Ask(a, 0, -1)->kind(), v1::ASSIGNMENT_KIND_NONE);
+  Register();
+  EXPECT_EQ(coord_->GetJob(job)->state(), v1::JOB_STATE_RUNNING);
+  auto as = Ask(b, 0, -1);
+  ASSERT_TRUE(as.ok()) << as.status();
+  EXPECT_EQ(as->kind(), v1::ASSIGNMENT_KIND_ROUND);
+  EXPECT_EQ(as->job_id(), job);
+  EXPECT_EQ(as->round(), 0u);
+  EXPECT_EQ(as->spec().outer().min_local_steps(), 10u) << "defaults applied";
+}
+
+TEST_F(CoordinatorTest, EveryMemberGetsTheSameConsistentSchedule) {
+  std::vector<uint64_t> ids;
+  for (int i = 0; i < 5; ++i) ids.push_back(Register());
+  const uint64_t job = Start(Spec(5));
+  for (uint64_t round = 0; round < 20; ++round) {
+    std::map<uint64_t, std::set<uint64_t>> peers;
+    std::set<uint32_t> ranks;
+    for (uint64_t id : ids) {
+      auto a = Ask(id, job, static_cast<int64_t>(round) - 1);
+      ASSERT_TRUE(a.ok()) << a.status();
+      ASSERT_EQ(a->kind(), v1::ASSIGNMENT_KIND_ROUND);
+      EXPECT_EQ(a->round(), round);
+      EXPECT_EQ(a->epoch(), 1u);
+      EXPECT_FLOAT_EQ(a->alpha(), 0.5f);
+      EXPECT_EQ(a->local_steps(), 100u);
+      EXPECT_EQ(a->budget_reason(), "no measurement yet");
+      EXPECT_LE(a->peers_size(), 1);
+      ranks.insert(a->rank());
+      EXPECT_EQ(ids[a->rank()], id) << "rank = position in sorted ids";
+      for (const auto& p : a->peers()) {
+        peers[id].insert(p.worker_id());
+        EXPECT_FLOAT_EQ(p.weight(), 1.0f);
+        EXPECT_FALSE(p.address().empty());
+      }
+      // Asking again returns the identical (immutable) round.
+      auto again = Ask(id, job, static_cast<int64_t>(round) - 1);
+      EXPECT_EQ(again->SerializeAsString(), a->SerializeAsString());
+    }
+    EXPECT_EQ(ranks.size(), 5u);
+    int alone = 0;
+    for (uint64_t id : ids) {
+      if (peers[id].empty()) ++alone;
+      for (uint64_t p : peers[id]) EXPECT_TRUE(peers[p].count(id));
+    }
+    EXPECT_EQ(alone, 1);
+  }
+}
+
+TEST_F(CoordinatorTest, EpochsChangeOnlyAtRoundBoundaries) {
+  const uint64_t a = Register(), b = Register();
+  const uint64_t job = Start(Spec(2));
+  ASSERT_EQ(Ask(a, job, -1)->epoch(), 1u);  // plans round 0
+  // A worker joins in the middle of round 0 ...
+  const uint64_t c = Register();
+  // ... round 0, already planned, is unchanged for the others,
+  auto b0 = Ask(b, job, -1);
+  EXPECT_EQ(b0->round(), 0u);
+  EXPECT_EQ(b0->epoch(), 1u);
+  // and the newcomer waits for the next boundary.
+  EXPECT_EQ(Ask(c, 0, -1)->kind(), v1::ASSIGNMENT_KIND_NONE);
+  auto a1 = Ask(a, job, 0);  // plans round 1
+  EXPECT_EQ(a1->round(), 1u);
+  EXPECT_EQ(a1->epoch(), 2u);
+  auto c1 = Ask(c, 0, -1);
+  ASSERT_EQ(c1->kind(), v1::ASSIGNMENT_KIND_ROUND);
+  EXPECT_EQ(c1->round(), 1u);
+  EXPECT_EQ(c1->epoch(), 2u);
+  EXPECT_EQ(c1->rank(), 2u);
+  EXPECT_EQ(c1->model_source().worker_id(), a) << "fetch the model first";
+  EXPECT_TRUE(a1->model_source().address().empty());
+  EXPECT_EQ(coord_->GetJob(job)->worker_ids_size(), 3);
+
+  // b dies during round 1: rounds already planned keep it, the next excludes.
+  for (int i = 0; i < 3; ++i) {
+    clock_.Advance(absl::Seconds(4));
+    ASSERT_TRUE(Beat(a, job).ok());
+    ASSERT_TRUE(Beat(c, job).ok());
+  }
+  EXPECT_EQ(Ask(b, job, 0).status().code(), absl::StatusCode::kNotFound);
+  auto c1_again = Ask(c, job, 0);
+  EXPECT_EQ(c1_again->epoch(), 2u);
+  auto a2 = Ask(a, job, 1);
+  EXPECT_EQ(a2->round(), 2u);
+  EXPECT_EQ(a2->epoch(), 3u);
+  auto st = coord_->GetJob(job);
+  EXPECT_EQ(st->epoch(), 3u);
+  EXPECT_THAT(std::vector<uint64_t>(st->worker_ids().begin(), st->worker_ids().end()),
+              ::testing::ElementsAre(a, c));
+  // Same members again: the epoch stays.
+  EXPECT_EQ(Ask(c, job, 2)->epoch(), 3u);
+}
+
+TEST_F(CoordinatorTest, BudgetsFollowMeasuredSpeed) {
+  const uint64_t fast = Register(), slow = Register();
+  v1::JobSpec spec = Spec(2);
+  const uint64_t job = Start(spec);
+  ASSERT_EQ(Ask(fast, job, -1)->local_steps(), 100u);
+  ASSERT_EQ(Ask(slow, job, -1)->local_steps(), 100u);
+  ASSERT_TRUE(Report(fast, job, 0, 100, 10.0).ok());  // 10 steps/s
+  ASSERT_TRUE(Report(slow, job, 0, 100, 20.0).ok());  // 5 steps/s
+  auto f1 = Ask(fast, job, 0);
+  auto s1 = Ask(slow, job, 0);
+  EXPECT_EQ(f1->local_steps(), 100u);
+  EXPECT_EQ(s1->local_steps(), 50u) << s1->budget_reason();
+  EXPECT_THAT(s1->budget_reason(), HasSubstr("0.50x fastest"));
+  auto st = coord_->GetJob(job);
+  ASSERT_EQ(st->budget_changes_size(), 1);
+  EXPECT_EQ(st->budget_changes(0).worker_id(), slow);
+  EXPECT_EQ(st->budget_changes(0).old_local_steps(), 100u);
+  EXPECT_EQ(st->budget_changes(0).new_local_steps(), 50u);
+  EXPECT_EQ(st->budget_changes(0).round(), 1u);
+  EXPECT_EQ(st->rounds_completed(), 1u);
+  EXPECT_EQ(st->tokens(), 2000u);
+  EXPECT_FLOAT_EQ(st->train_loss(), 2.0f);
+}
+
+TEST_F(CoordinatorTest, SlowLinkGetsFewerSteps) {
+  std::vector<uint64_t> ids;
+  for (int i = 0; i < 4; ++i) ids.push_back(Register());
+  const uint64_t job = Start(Spec(4));
+  const double model_bytes = ExchangeBytes(gasloc::ApplyJobSpecDefaults(Spec()), 4);
+  ASSERT_GT(model_bytes, 0);
+  for (uint64_t id : ids) ASSERT_EQ(Ask(id, job, -1)->round(), 0u);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    // Everyone at 10 steps/s; the last one's link takes 4x as long.
+    const double exchange_s = i == 3 ? 4.0 : 1.0;
+    ASSERT_TRUE(Report(ids[i], job, 0, 100, 10.0,
+                       static_cast<uint64_t>(model_bytes), exchange_s)
+                    .ok());
+  }
+  EXPECT_EQ(Ask(ids[0], job, 0)->local_steps(), 100u);
+  auto slow = Ask(ids[3], job, 0);
+  EXPECT_EQ(slow->local_steps(), 70u) << slow->budget_reason();
+}
+
+TEST_F(CoordinatorTest, UniformBudgetsAndRingOrderForDiloco) {
+  std::vector<uint64_t> ids;
+  for (int i = 0; i < 3; ++i) ids.push_back(Register());
+  v1::JobSpec spec = Spec(3);
+  spec.mutable_outer()->set_algorithm(v1::ALGORITHM_DILOCO);
+  const uint64_t job = Start(spec);
+  for (uint64_t id : ids) ASSERT_EQ(Ask(id, job, -1)->round(), 0u);
+  ASSERT_TRUE(Report(ids[0], job, 0, 100, 10.0).ok());
+  ASSERT_TRUE(Report(ids[1], job, 0, 100, 40.0).ok());
+  auto a = Ask(ids[1], job, 0);
+  EXPECT_EQ(a->local_steps(), 100u);
+  EXPECT_THAT(a->budget_reason(), HasSubstr("uniform"));
+  EXPECT_EQ(a->peers_size(), 0);
+  ASSERT_EQ(a->ring_order_size(), 3);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(a->ring_order(i).worker_id(), ids[i]);
+  EXPECT_EQ(a->rank(), 1u);
+}
+
+TEST_F(CoordinatorTest, CompleteGraphGasLocAveragesFully) {
+  std::vector<uint64_t> ids;
+  for (int i = 0; i < 4; ++i) ids.push_back(Register());
+  v1::JobSpec spec = Spec(4);
+  spec.mutable_outer()->set_topology(v1::TOPOLOGY_COMPLETE);
+  const uint64_t job = Start(spec);
+  auto a = Ask(ids[2], job, -1);
+  ASSERT_EQ(a->peers_size(), 3);
+  for (const auto& p : a->peers())
+    EXPECT_FLOAT_EQ(a->alpha() * p.weight(), 0.25f);
+  EXPECT_EQ(a->ring_order_size(), 4);
+}
+
+TEST_F(CoordinatorTest, StopConditionFinishesTheJob) {
+  const uint64_t a = Register(), b = Register();
+  const uint64_t job = Start(Spec(2, /*max_rounds=*/2));
+  for (uint64_t r = 0; r < 2; ++r) {
+    for (uint64_t id : {a, b}) {
+      ASSERT_EQ(Ask(id, job, static_cast<int64_t>(r) - 1)->round(), r);
+      ASSERT_TRUE(Report(id, job, r).ok());
+    }
+  }
+  auto stop = Ask(a, job, 1);
+  ASSERT_EQ(stop->kind(), v1::ASSIGNMENT_KIND_STOP);
+  EXPECT_THAT(stop->message(), HasSubstr("max_rounds=2"));
+  // b reported the last round: the job is finished even before b asks.
+  auto st = coord_->GetJob(job);
+  EXPECT_EQ(st->state(), v1::JOB_STATE_FINISHED);
+  EXPECT_EQ(st->rounds_completed(), 2u);
+  EXPECT_EQ(st->eta_seconds(), 0);
+  EXPECT_EQ(Ask(b, job, 1)->kind(), v1::ASSIGNMENT_KIND_STOP);
+  // Both are idle again.
+  EXPECT_EQ(Ask(b, 0, -1)->kind(), v1::ASSIGNMENT_KIND_NONE);
+  EXPECT_EQ(coord_->StopJob(job, "").status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(CoordinatorTest, WallTimeStopAndEta) {
+  const uint64_t a = Register();
+  v1::JobSpec spec = Spec(1, 0);
+  spec.mutable_stop()->set_max_wall_seconds(60);
+  const uint64_t job = Start(spec);
+  ASSERT_EQ(Ask(a, job, -1)->round(), 0u);
+  auto wait = [&](int seconds) {
+    for (int i = 0; i < seconds; i += 5) {
+      clock_.Advance(absl::Seconds(5));
+      ASSERT_TRUE(Beat(a, job).ok());
+    }
+  };
+  wait(20);
+  EXPECT_NEAR(coord_->GetJob(job)->eta_seconds(), 40, 1e-6);
+  ASSERT_TRUE(Report(a, job, 0).ok());
+  EXPECT_EQ(Ask(a, job, 0)->round(), 1u);
+  ASSERT_TRUE(Report(a, job, 1).ok());
+  wait(40);
+  auto stop = Ask(a, job, 1);
+  EXPECT_EQ(stop->kind(), v1::ASSIGNMENT_KIND_STOP);
+  EXPECT_THAT(stop->message(), HasSubstr("max_wall_seconds=60"));
+  EXPECT_EQ(coord_->GetJob(job)->state(), v1::JOB_STATE_FINISHED);
+}
+
+TEST_F(CoordinatorTest, StopJobMakesWorkersAbandon) {
+  const uint64_t a = Register();
+  const uint64_t job = Start(Spec());
+  ASSERT_EQ(Ask(a, job, -1)->round(), 0u);
+  auto stopped = coord_->StopJob(job, "operator");
+  ASSERT_TRUE(stopped.ok());
+  EXPECT_EQ(stopped->state(), v1::JOB_STATE_STOPPED);
+  EXPECT_THAT(stopped->message(), HasSubstr("operator"));
+  EXPECT_TRUE(Beat(a, job)->abandon_job());
+  EXPECT_FALSE(Beat(a, 0)->abandon_job());
+  auto s = Ask(a, job, 0);
+  EXPECT_EQ(s->kind(), v1::ASSIGNMENT_KIND_STOP);
+  EXPECT_THAT(s->message(), HasSubstr("STOPPED"));
+  // A report after the stop is accepted and ignored.
+  EXPECT_TRUE(Report(a, job, 0).ok());
+}
+
+TEST_F(CoordinatorTest, ReportErrors) {
+  const uint64_t a = Register(), b = Register();
+  v1::JobSpec spec = Spec();
+  spec.set_max_workers(1);
+  const uint64_t job = Start(spec);
+  ASSERT_EQ(Ask(a, job, -1)->round(), 0u);
+  auto not_member = Report(b, job, 0);
+  EXPECT_EQ(not_member.code(), absl::StatusCode::kFailedPrecondition);
+  auto unplanned = Report(a, job, 5);
+  EXPECT_EQ(unplanned.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(unplanned.message(), HasSubstr("round 5"));
+  EXPECT_EQ(Report(a, 42, 0).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(Report(99, job, 0).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(Ask(a, 42, 0).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(Ask(a, job, 7).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(CoordinatorTest, NonFiniteLossFailsTheJob) {
+  const uint64_t a = Register();
+  const uint64_t job = Start(Spec());
+  ASSERT_EQ(Ask(a, job, -1)->round(), 0u);
+  v1::ReportRoundRequest req;
+  req.set_worker_id(a);
+  req.set_job_id(job);
+  req.set_round(0);
+  req.set_train_loss(std::numeric_limits<float>::quiet_NaN());
+  ASSERT_TRUE(coord_->ReportRound(req).ok());
+  auto st = coord_->GetJob(job);
+  EXPECT_EQ(st->state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(st->message(), HasSubstr("non-finite"));
+  EXPECT_TRUE(Beat(a, job)->abandon_job());
+}
+
+TEST_F(CoordinatorTest, OrphanedJobFails) {
+  const uint64_t a = Register();
+  const uint64_t job = Start(Spec());
+  ASSERT_EQ(Ask(a, job, -1)->round(), 0u);
+  clock_.Advance(kLease + absl::Seconds(1));
+  coord_->Tick();
+  EXPECT_EQ(coord_->GetJob(job)->state(), v1::JOB_STATE_RUNNING);
+  clock_.Advance(absl::Seconds(121));
+  coord_->Tick();
+  EXPECT_EQ(coord_->GetJob(job)->state(), v1::JOB_STATE_FAILED);
+}
+
+TEST_F(CoordinatorTest, SeveralJobsOneJobPerWorker) {
+  const uint64_t a = Register(), b = Register(), c = Register();
+  v1::JobSpec one = Spec(1);
+  one.set_max_workers(2);
+  const uint64_t j1 = Start(one);
+  const uint64_t j2 = Start(Spec(1));
+  EXPECT_EQ(Ask(a, 0, -1)->job_id(), j1);
+  EXPECT_EQ(Ask(b, 0, -1)->job_id(), j1);
+  EXPECT_EQ(Ask(c, 0, -1)->job_id(), j2);
+  EXPECT_EQ(coord_->ListJobs().jobs_size(), 2);
+}
+
+TEST_F(CoordinatorTest, LongPollWakesWhenAJobStarts) {
+  const uint64_t a = Register();
+  absl::Notification done;
+  v1::Assignment got;
+  absl::Time t0 = absl::Now();
+  std::thread waiter([&] {
+    auto r = Ask(a, 0, -1, /*wait_ms=*/20000);
+    if (r.ok()) got = *r;
+    done.Notify();
+  });
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_FALSE(done.HasBeenNotified());
+  Start(Spec());
+  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  waiter.join();
+  EXPECT_EQ(got.kind(), v1::ASSIGNMENT_KIND_ROUND);
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(5));
+}
+
+TEST_F(CoordinatorTest, WatchSeesSnapshotThenEvents) {
+  const uint64_t job = Start(Spec());
+  auto snap = coord_->WatchSnapshot(job);
+  ASSERT_TRUE(snap.ok());
+  EXPECT_EQ(snap->first.kind(), v1::JOB_EVENT_KIND_SNAPSHOT);
+  EXPECT_EQ(snap->first.job().state(), v1::JOB_STATE_PENDING);
+  const uint64_t a = Register();
+  auto events = coord_->WaitJobEvents(job, snap->second, absl::Seconds(1));
+  ASSERT_TRUE(events.ok());
+  ASSERT_FALSE(events->events.empty());
+  EXPECT_EQ(events->events[0].kind(), v1::JOB_EVENT_KIND_STATE);
+  EXPECT_EQ(events->events[0].job().state(), v1::JOB_STATE_RUNNING);
+  ASSERT_EQ(Ask(a, job, -1)->round(), 0u);
+  ASSERT_TRUE(Report(a, job, 0).ok());
+  events = coord_->WaitJobEvents(job, events->next_seq, absl::Seconds(1));
+  std::set<v1::JobEventKind> kinds;
+  for (const auto& e : events->events) kinds.insert(e.kind());
+  EXPECT_TRUE(kinds.count(v1::JOB_EVENT_KIND_MEMBERSHIP));
+  EXPECT_TRUE(kinds.count(v1::JOB_EVENT_KIND_ROUND));
+  ASSERT_TRUE(coord_->StopJob(job, "").ok());
+  events = coord_->WaitJobEvents(job, events->next_seq, absl::Seconds(1));
+  EXPECT_TRUE(events->ended);
+  EXPECT_EQ(coord_->WatchSnapshot(5).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(CoordinatorTest, RestartResumesRunningJobFromSqlite) {
+  const std::string path =
+      absl::StrCat(::testing::TempDir(), "/coordinator_restart.sqlite");
+  for (const char* suffix : {"", "-wal", "-shm"})
+    std::remove((path + suffix).c_str());
+  auto store = Store::Open(path);
+  ASSERT_TRUE(store.ok());
+  Make(std::move(*store));
+  const uint64_t a = Register(), b = Register();
+  const uint64_t job = Start(Spec(2));
+  v1::Assignment a2;
+  for (uint64_t r = 0; r < 3; ++r) {
+    for (uint64_t id : {a, b}) {
+      auto as = Ask(id, job, static_cast<int64_t>(r) - 1);
+      ASSERT_EQ(as->round(), r);
+      if (id == a && r == 2) a2 = *as;
+      if (r < 2) {
+        ASSERT_TRUE(Report(id, job, r, 100, id == a ? 10.0 : 20.0).ok());
+      }
+    }
+  }
+  // Restart well after the old leases would have expired.
+  clock_.Advance(absl::Seconds(60));
+  store = Store::Open(path);
+  ASSERT_TRUE(store.ok());
+  Make(std::move(*store));
+  auto st = coord_->GetJob(job);
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(st->round_planned(), 2u);
+  EXPECT_EQ(st->rounds_completed(), 2u);
+  EXPECT_EQ(st->tokens(), 4000u);
+  // Workers continue without re-registering; the planned round is the same.
+  ASSERT_TRUE(Beat(a, job).ok());
+  auto again = Ask(a, job, 1);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->SerializeAsString(), a2.SerializeAsString());
+  auto a3 = Ask(a, job, 2);
+  EXPECT_EQ(a3->round(), 3u);
+  EXPECT_EQ(a3->epoch(), 1u);
+  auto b3 = Ask(b, job, 2);
+  EXPECT_EQ(b3->round(), 3u);
+  EXPECT_EQ(b3->local_steps(), 50u) << "measured rates survive the restart";
+  // New ids do not collide with the old ones.
+  EXPECT_GT(Register(), b);
+  EXPECT_GT(Start(Spec()), job);
+}
+
+}  // namespace
+}  // namespace gasloc::coordinator

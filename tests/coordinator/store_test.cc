@@ -1,0 +1,136 @@
+// SQLite persistence: round trips and the migration path.
+#include "coordinator/store.h"
+
+#include <sqlite3.h>
+
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace gasloc::coordinator {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string TempDb(const std::string& name) {
+  const std::string path = absl::StrCat(::testing::TempDir(), "/", name);
+  std::remove(path.c_str());
+  std::remove((path + "-wal").c_str());
+  std::remove((path + "-shm").c_str());
+  return path;
+}
+
+TEST(StoreTest, RoundTripsEveryTable) {
+  const std::string path = TempDb("store_roundtrip.sqlite");
+  {
+    auto store = Store::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status();
+    EXPECT_EQ(*(*store)->SchemaVersion(), kSchemaVersion);
+    StoredWorker w;
+    w.worker_id = 7;
+    w.info.set_address("10.0.0.1:7000");
+    w.info.set_cores(8);
+    w.registered_unix_ms = 123;
+    w.job_id = 3;
+    ASSERT_TRUE((*store)->PutWorker(w).ok());
+    StoredJob j;
+    j.status.set_job_id(3);
+    j.status.mutable_spec()->set_name("j");
+    j.status.set_state(v1::JOB_STATE_RUNNING);
+    j.stop_round = 9;
+    ASSERT_TRUE((*store)->PutJob(j).ok());
+    StoredMember m;
+    m.job_id = 3;
+    m.worker_id = 7;
+    m.first_round = 2;
+    m.last_reported_round = 5;
+    m.steps_per_second = 2.5;
+    m.local_steps = 40;
+    m.got_stop = true;
+    ASSERT_TRUE((*store)->PutMember(m).ok());
+    ASSERT_TRUE((*store)->PutEpoch({3, 2, 4, {7, 9}}).ok());
+    StoredRound r;
+    r.job_id = 3;
+    r.round = 4;
+    r.epoch = 2;
+    r.local_steps = {40, 100};
+    r.reasons = {"slow\tlink", "no measurement yet"};
+    ASSERT_TRUE((*store)->PutRound(r).ok());
+  }
+  auto store = Store::Open(path);
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto workers = (*store)->LoadWorkers();
+  ASSERT_TRUE(workers.ok());
+  ASSERT_EQ(workers->size(), 1u);
+  EXPECT_EQ((*workers)[0].info.address(), "10.0.0.1:7000");
+  EXPECT_EQ((*workers)[0].job_id, 3u);
+  auto jobs = (*store)->LoadJobs();
+  ASSERT_EQ(jobs->size(), 1u);
+  EXPECT_EQ((*jobs)[0].stop_round, 9);
+  EXPECT_EQ((*jobs)[0].status.spec().name(), "j");
+  auto members = (*store)->LoadMembers(3);
+  ASSERT_EQ(members->size(), 1u);
+  EXPECT_EQ((*members)[0].last_reported_round, 5);
+  EXPECT_DOUBLE_EQ((*members)[0].steps_per_second, 2.5);
+  EXPECT_TRUE((*members)[0].got_stop);
+  auto epochs = (*store)->LoadEpochs(3);
+  ASSERT_EQ(epochs->size(), 1u);
+  EXPECT_EQ((*epochs)[0].members, (std::vector<uint64_t>{7, 9}));
+  auto rounds = (*store)->LoadRounds(3, 0);
+  ASSERT_EQ(rounds->size(), 1u);
+  EXPECT_EQ((*rounds)[0].local_steps, (std::vector<uint32_t>{40, 100}));
+  EXPECT_EQ((*rounds)[0].reasons[0], "slow link");
+  ASSERT_TRUE((*store)->PruneRounds(3, 5).ok());
+  EXPECT_TRUE((*store)->LoadRounds(3, 0)->empty());
+}
+
+TEST(StoreTest, MigratesAVersionOneFile) {
+  const std::string path = TempDb("store_v1.sqlite");
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, Migrations()[0].c_str(), nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db,
+                         "PRAGMA user_version=1; INSERT INTO workers VALUES "
+                         "(5, x'', 1, 1, 0);",
+                         nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+
+  auto store = Store::Open(path);
+  ASSERT_TRUE(store.ok()) << store.status();
+  EXPECT_EQ(*(*store)->SchemaVersion(), 2);
+  auto workers = (*store)->LoadWorkers();
+  ASSERT_TRUE(workers.ok());
+  ASSERT_EQ(workers->size(), 1u);
+  EXPECT_EQ((*workers)[0].worker_id, 5u);
+  // The table version 2 added is usable.
+  StoredRound r;
+  r.job_id = 1;
+  EXPECT_TRUE((*store)->PutRound(r).ok());
+}
+
+TEST(StoreTest, RefusesANewerSchema) {
+  const std::string path = TempDb("store_future.sqlite");
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "PRAGMA user_version=99", nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  auto store = Store::Open(path);
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(store.status().message(), HasSubstr("schema version 99"));
+}
+
+TEST(StoreTest, UnopenablePathIsUnavailable) {
+  auto store = Store::Open("/nonexistent-dir/x/y.sqlite");
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(store.status().message(), HasSubstr("/nonexistent-dir/x/y.sqlite"));
+}
+
+}  // namespace
+}  // namespace gasloc::coordinator
