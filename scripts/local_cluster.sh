@@ -7,8 +7,8 @@
 #   scripts/local_cluster.sh [options] [CORPUS]
 #     --workers N        workers to start (default 2)
 #     --algorithm A      gasloc | diloco | local-sgd | dpsgd | data-parallel
-#     --rounds R         outer rounds (default 12)
-#     --local-steps H    inner steps per round (default 25)
+#     --rounds R         outer rounds (default 20)
+#     --local-steps H    inner steps per round (default 40)
 #     --build DIR        build folder (default build/release)
 #     --run-dir DIR      where logs, state and checkpoints go
 #                        (default runs/local-<timestamp>)
@@ -18,8 +18,8 @@ cd "$(dirname "$0")/.."
 
 workers=2
 algorithm=gasloc
-rounds=12
-local_steps=25
+rounds=20
+local_steps=40
 build=build/release
 run_dir=""
 corpus=/usr/share/common-licenses
