@@ -75,6 +75,8 @@ void WorkerDaemon::SetProgress(const RoundProgress& progress) {
   progress_.set_round(progress.round);
   progress_.set_inner_step(progress.inner_step);
   progress_.set_train_loss(progress.train_loss);
+  if (progress.steps_per_second > 0 && options_.metrics != nullptr)
+    options_.metrics->SetTokensPerSecond(progress.tokens_per_second);
   if (progress.steps_per_second > 0) {
     progress_.set_steps_per_second(static_cast<float>(progress.steps_per_second));
     progress_.set_tokens_per_second(
@@ -238,9 +240,14 @@ absl::Status WorkerDaemon::RunAssignment(const v1::Assignment& assignment) {
       DropJob("stopped by the coordinator");
       return absl::OkStatus();
     }
+    if (options_.metrics != nullptr)
+      options_.metrics->RecordRoundError(
+          absl::StatusCodeToString(report.status().code()));
     return report.status();
   }
   job->last_round = static_cast<int64_t>(assignment.round());
+  if (options_.metrics != nullptr)
+    options_.metrics->RecordRound(*report, assignment.local_steps());
   const uint32_t interval = job->spec.checkpoint().interval_rounds();
   const std::string path = CheckpointPath(*job);
   if (!path.empty() && interval > 0 && (assignment.round() + 1) % interval == 0) {
@@ -253,6 +260,9 @@ absl::Status WorkerDaemon::RunAssignment(const v1::Assignment& assignment) {
     if (saved.ok()) {
       GASLOC_LOG(INFO) << "job " << job->job_id << ": checkpoint " << path
                        << " written in " << absl::Now() - start;
+      if (options_.metrics != nullptr)
+        options_.metrics->RecordCheckpoint(
+            absl::ToDoubleSeconds(absl::Now() - start));
     } else {
       GASLOC_LOG(WARNING) << "job " << job->job_id << ": checkpoint failed: "
                           << saved;

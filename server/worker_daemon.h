@@ -29,6 +29,7 @@
 #include "worker/exchange/peer_transport.h"
 #include "worker/round/inner_trainer.h"
 #include "worker/round/round_runner.h"
+#include "worker/round/worker_metrics.h"
 
 namespace gasloc {
 
@@ -38,6 +39,7 @@ struct WorkerDaemonOptions {
   std::string data_dir = ".";   // fallback checkpoint directory
   absl::Duration assignment_wait = absl::Seconds(10);
   absl::Duration retry_backoff = absl::Milliseconds(500);
+  WorkerMetrics* metrics = nullptr;  // not owned; null = no metrics
 };
 
 // Creates the trainer of a job (the real one wraps worker/train's Trainer):

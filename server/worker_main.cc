@@ -15,6 +15,8 @@
 #include "server/grpc_peer_transport.h"
 #include "server/peer_service.h"
 #include "server/server_runner.h"
+#include "prometheus/exposer.h"
+#include "prometheus/registry.h"
 #include "server/worker_daemon.h"
 #include "worker/round/trainer_adapter.h"
 
@@ -31,6 +33,8 @@ ABSL_FLAG(int, threads, 0, "Compute threads (0 = all cores).");
 ABSL_FLAG(std::string, data_dir, ".",
           "Directory for scratch files (checkpoints go to the job's "
           "checkpoint directory).");
+ABSL_FLAG(int, metrics_port, 0,
+          "Port of the Prometheus /metrics endpoint (0 = off).");
 ABSL_FLAG(std::string, tls_cert, "", "PEM certificate (enables TLS).");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
 ABSL_FLAG(std::string, tls_ca, "", "PEM root of the cluster's certificates.");
@@ -90,7 +94,18 @@ int RunWorker() {
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);
   options.info.set_hostname(host);
+  options.info.set_metrics_port(absl::GetFlag(FLAGS_metrics_port));
   options.threads = absl::GetFlag(FLAGS_threads);
+  // Metrics: one registry, exposed on --metrics_port, injected.
+  auto registry = std::make_shared<prometheus::Registry>();
+  WorkerMetrics metrics(*registry);
+  std::unique_ptr<prometheus::Exposer> exposer;
+  if (absl::GetFlag(FLAGS_metrics_port) > 0) {
+    exposer = std::make_unique<prometheus::Exposer>(
+        absl::StrCat("0.0.0.0:", absl::GetFlag(FLAGS_metrics_port)));
+    exposer->RegisterCollectable(registry);
+    options.metrics = &metrics;
+  }
   options.data_dir = absl::GetFlag(FLAGS_data_dir);
 
   ModelFetcher fetcher = [&transport](const v1::PeerAssignment& source,
@@ -137,6 +152,9 @@ int RunWorker() {
   absl::Status ran = daemon.Run();
   server.RequestShutdown();
   signals.join();
+  // End open transfers first so no stream waits for a registration that
+  // will never come while the server drains.
+  mailbox.Shutdown();
   server.Shutdown(absl::Seconds(2));
   if (!ran.ok()) {
     GASLOC_LOG(ERROR) << "gasloc-worker: " << ran;

@@ -16,6 +16,7 @@
 #include "gmock/gmock.h"
 #include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
+#include "tests/support/http_get.h"
 #include "tests/support/subprocess.h"
 #include "worker/model/model.h"
 #include "worker/train/checkpoint.h"
@@ -83,14 +84,18 @@ class Cluster {
         grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()));
   }
 
-  void StartWorkers(int n) {
+  // Starts `n` workers; the first gets a /metrics endpoint on
+  // `metrics_port` when it is not 0.
+  void StartWorkers(int n, int metrics_port = 0) {
     for (int i = 0; i < n; ++i) {
       const std::string log = absl::StrCat(dir_, "/worker", workers_.size(), ".log");
-      auto child = Subprocess::Start(
-          {BinaryPath("gasloc-worker"), absl::StrCat("--coordinator=", address_),
-           "--listen=127.0.0.1:0", "--threads=1",
-           absl::StrCat("--data_dir=", dir_)},
-          log);
+      std::vector<std::string> argv = {
+          BinaryPath("gasloc-worker"), absl::StrCat("--coordinator=", address_),
+          "--listen=127.0.0.1:0", "--threads=1",
+          absl::StrCat("--data_dir=", dir_)};
+      if (i == 0 && metrics_port != 0)
+        argv.push_back(absl::StrCat("--metrics_port=", metrics_port));
+      auto child = Subprocess::Start(argv, log);
       ASSERT_TRUE(child.ok()) << child.status();
       ASSERT_TRUE(child->WaitForPort(absl::Seconds(20)).ok());
       workers_.push_back(std::make_unique<Subprocess>(std::move(*child)));
@@ -219,7 +224,8 @@ TEST_P(AlgorithmTest, ThreeWorkersTrainAndLossDrops) {
   const v1::Algorithm algorithm = GetParam();
   Cluster cluster(v1::Algorithm_Name(algorithm));
   ASSERT_NO_FATAL_FAILURE(cluster.StartCoordinator());
-  ASSERT_NO_FATAL_FAILURE(cluster.StartWorkers(3));
+  const int metrics_port = PickFreePort();
+  ASSERT_NO_FATAL_FAILURE(cluster.StartWorkers(3, metrics_port));
   const bool one_step = algorithm == v1::ALGORITHM_DPSGD ||
                         algorithm == v1::ALGORITHM_DATA_PARALLEL;
   const int rounds = one_step ? 24 : 4;
@@ -227,6 +233,12 @@ TEST_P(AlgorithmTest, ThreeWorkersTrainAndLossDrops) {
   const v1::JobStatus status = cluster.WaitForJobEnd(job, absl::Seconds(150));
   EXPECT_EQ(status.state(), v1::JOB_STATE_FINISHED) << status.message();
   EXPECT_GE(status.rounds_completed(), static_cast<uint64_t>(rounds));
+  // The first worker's /metrics counted every round it ran.
+  auto metrics = HttpGet(metrics_port, "/metrics");
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  EXPECT_THAT(*metrics, ::testing::HasSubstr(absl::StrCat(
+                            "gasloc_worker_outer_rounds_total ", rounds)));
+  EXPECT_THAT(*metrics, ::testing::HasSubstr("gasloc_worker_tokens_total"));
   cluster.StopAll();
 
   for (int i = 0; i < 3; ++i) {
@@ -279,6 +291,34 @@ TEST(ClusterTest, GossipPairCollapsesTheDistance) {
   EXPECT_LT(after, 1e-4 * before.back())
       << "distance before the last exchange " << before.back() << ", after "
       << after;
+}
+
+// A worker started in the middle of a run joins at a round boundary: it
+// fetches the model from a member (Peer.FetchModel), trains with the
+// others, and the job finishes with everyone.
+TEST(ClusterTest, WorkerJoiningMidRunFetchesTheModelAndTrains) {
+  Cluster cluster("join");
+  ASSERT_NO_FATAL_FAILURE(cluster.StartCoordinator());
+  ASSERT_NO_FATAL_FAILURE(cluster.StartWorkers(2));
+  v1::JobSpec spec = cluster.TinySpec(v1::ALGORITHM_GASLOC, 8, 2);
+  const uint64_t job = cluster.StartJob(spec);
+  const absl::Time give_up = absl::Now() + absl::Seconds(60);
+  while (cluster.WorkerLog(0).find("round 1 done") == std::string::npos) {
+    ASSERT_LT(absl::Now(), give_up) << cluster.WorkerLog(0);
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_NO_FATAL_FAILURE(cluster.StartWorkers(1));
+  const v1::JobStatus status = cluster.WaitForJobEnd(job, absl::Seconds(120));
+  EXPECT_EQ(status.state(), v1::JOB_STATE_FINISHED) << status.message();
+  cluster.StopAll();
+  const std::string log = cluster.WorkerLog(2);
+  EXPECT_NE(log.find("joined with the model of worker"), std::string::npos)
+      << log;
+  const std::vector<double> bpb = LoggedValBpb(log);
+  ASSERT_FALSE(bpb.empty()) << log;
+  // It started from the members' trained model, far below the 8 bits per
+  // byte of an untrained one.
+  EXPECT_LT(bpb.front(), 7.0) << log;
 }
 
 // A peer killed with SIGKILL around its exchange: the partner times out
