@@ -267,6 +267,36 @@ TEST_F(MailboxTest, RegistrationErrors) {
             absl::StatusCode::kFailedPrecondition);
 }
 
+TEST_F(MailboxTest, ShutdownFailsOpenTransfersAndWakesWaitingChunks) {
+  ASSERT_TRUE(Register().ok());
+  auto chunks = Chunks();
+  auto stream = mailbox_.OpenStream();
+  ASSERT_TRUE(stream->Accept(chunks[0], Soon()).ok());
+  key_.job_id = 77;  // nobody expects it: this chunk waits for a registration
+  auto stray = Chunks(100, 900, /*sender=*/8);
+  key_.job_id = 4;
+  absl::Status waited;
+  absl::Duration stray_took;
+  std::thread early([&] {
+    const absl::Time start = absl::Now();
+    auto other = mailbox_.OpenStream();
+    waited = other->Accept(stray[0], Soon());
+    stray_took = absl::Now() - start;
+  });
+  absl::SleepFor(absl::Milliseconds(50));
+  mailbox_.Shutdown();
+  early.join();
+  EXPECT_EQ(waited.code(), absl::StatusCode::kUnavailable);
+  EXPECT_LT(stray_took, absl::Milliseconds(250));
+  EXPECT_EQ(stream->Accept(chunks[1], Soon()).code(),
+            absl::StatusCode::kUnavailable);
+  TransferOutcome out = mailbox_.Await(key_, kPeer);
+  EXPECT_EQ(out.status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(out.status.message(), HasSubstr("shutting down"));
+  key_.round = 20;
+  EXPECT_EQ(Register().code(), absl::StatusCode::kUnavailable);
+}
+
 TEST_F(MailboxTest, EmptyRangeCommitsOnItsSingleLastChunk) {
   ASSERT_TRUE(Register(absl::Seconds(10), 500, 500).ok());
   auto chunks = Chunks(500, 500);
