@@ -27,6 +27,7 @@
 #ifndef GASLOC_WORKER_EXCHANGE_MAILBOX_H_
 #define GASLOC_WORKER_EXCHANGE_MAILBOX_H_
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -65,7 +66,14 @@ class Mailbox {
   Mailbox(const Mailbox&) = delete;
   Mailbox& operator=(const Mailbox&) = delete;
 
-  uint64_t self_id() const { return options_.self_id; }
+  uint64_t self_id() const {
+    const uint64_t assigned = assigned_self_id_.load();
+    return assigned != 0 ? assigned : options_.self_id;
+  }
+  // Sets this worker's id after construction (a daemon learns it from the
+  // coordinator after its Peer service is already listening, and again
+  // after a re-registration).
+  void set_self_id(uint64_t worker_id) { assigned_self_id_ = worker_id; }
 
   // Registers the receives of `key`, all at once, each accepting chunks
   // only from its peer_id, until `deadline`. Rounds below key.round of
@@ -113,6 +121,7 @@ class Mailbox {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const MailboxOptions options_;
+  std::atomic<uint64_t> assigned_self_id_{0};
   mutable absl::Mutex mu_;
   absl::CondVar changed_;  // any transfer's state, registrations
   std::map<Key, std::shared_ptr<Transfer>> transfers_ ABSL_GUARDED_BY(mu_);
