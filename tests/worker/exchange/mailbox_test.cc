@@ -23,7 +23,7 @@ constexpr size_t kArena = 1000;
 MailboxOptions Options() {
   MailboxOptions options;
   options.self_id = kSelf;
-  options.early_chunk_wait = absl::Milliseconds(300);
+  options.early_chunk_wait = absl::Seconds(2);
   return options;
 }
 
@@ -182,8 +182,8 @@ TEST_F(MailboxTest, ChunkNobodyRegistersIsRejectedAfterTheBoundedWait) {
   const absl::Duration waited = absl::Now() - start;
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(s.message(), HasSubstr("expects no transfer"));
-  EXPECT_GE(waited, absl::Milliseconds(290));
-  EXPECT_LT(waited, absl::Seconds(3));
+  EXPECT_GE(waited, absl::Milliseconds(1990));
+  EXPECT_LT(waited, absl::Seconds(5));
 }
 
 TEST_F(MailboxTest, EarlyWaitNeverOutlastsTheStreamDeadline) {
@@ -192,7 +192,7 @@ TEST_F(MailboxTest, EarlyWaitNeverOutlastsTheStreamDeadline) {
   const absl::Time start = absl::Now();
   EXPECT_FALSE(
       stream->Accept(chunks[0], start + absl::Milliseconds(50)).ok());
-  EXPECT_LT(absl::Now() - start, absl::Milliseconds(250));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1));
 }
 
 TEST_F(MailboxTest, FinishedRoundAndUnnamedSenderAreRejectedAtOnce) {
@@ -209,7 +209,7 @@ TEST_F(MailboxTest, FinishedRoundAndUnnamedSenderAreRejectedAtOnce) {
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(s.message(),
               HasSubstr("sender 8 is not a peer of worker 3 in round 12"));
-  EXPECT_LT(absl::Now() - start, absl::Milliseconds(200));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1));  // not the 2 s wait
   // The registered transfer is unharmed.
   auto stream = mailbox_.OpenStream();
   for (const auto& c : Chunks()) ASSERT_TRUE(stream->Accept(c, Soon()).ok());
@@ -230,7 +230,7 @@ TEST_F(MailboxTest, WrongJobFromAnExpectedSenderIsRejectedAtOnce) {
   absl::Status s = mailbox_.OpenStream()->Accept(other_job[0], Soon());
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(s.message(), HasSubstr("expects job 4"));
-  EXPECT_LT(absl::Now() - start, absl::Milliseconds(200));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1));
 }
 
 TEST_F(MailboxTest, DeadlinePassesMidTransfer) {
@@ -242,7 +242,7 @@ TEST_F(MailboxTest, DeadlinePassesMidTransfer) {
   TransferOutcome out = mailbox_.Await(key_, kPeer);
   EXPECT_EQ(out.status.code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_THAT(out.status.message(), HasSubstr("256 of 800"));
-  EXPECT_LT(absl::Now() - start, absl::Milliseconds(200));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1));
   // The late rest is refused and writes nothing.
   std::vector<float> before = buffer_;
   absl::Status late = stream->Accept(chunks[1], Soon());
@@ -287,7 +287,7 @@ TEST_F(MailboxTest, ShutdownFailsOpenTransfersAndWakesWaitingChunks) {
   mailbox_.Shutdown();
   early.join();
   EXPECT_EQ(waited.code(), absl::StatusCode::kUnavailable);
-  EXPECT_LT(stray_took, absl::Milliseconds(250));
+  EXPECT_LT(stray_took, absl::Seconds(1));  // not the 2 s wait
   EXPECT_EQ(stream->Accept(chunks[1], Soon()).code(),
             absl::StatusCode::kUnavailable);
   TransferOutcome out = mailbox_.Await(key_, kPeer);
