@@ -69,7 +69,8 @@ v1::JobSpec ApplyJobSpecDefaults(const v1::JobSpec& in) {
   if (training->mode() == v1::TRAIN_MODE_UNSPECIFIED)
     training->set_mode(v1::TRAIN_MODE_GLOBAL);
   if (!training->local_rgc().has_stages())
-    training->mutable_local_rgc()->set_stages(2);
+    training->mutable_local_rgc()->set_stages(
+        std::min<uint32_t>(2, std::max<uint32_t>(1, model->layers())));
   if (!training->local_rgc().has_asynchronous())
     training->mutable_local_rgc()->set_asynchronous(false);
   if (!training->has_seed()) training->set_seed(1);
@@ -152,8 +153,10 @@ absl::Status ValidateJobSpec(const v1::JobSpec& raw) {
     return absl::InvalidArgumentError("training.precision is not a known value");
   if (!v1::TrainMode_IsValid(t.mode()))
     return absl::InvalidArgumentError("training.mode is not a known value");
-  GASLOC_CHECK_RANGE("training.local_rgc.stages", t.local_rgc().stages(), 1,
-                     m.layers());
+  if (t.mode() == v1::TRAIN_MODE_LOCAL_RGC) {
+    GASLOC_CHECK_RANGE("training.local_rgc.stages", t.local_rgc().stages(), 1,
+                       m.layers());
+  }
   const auto& a = t.adamw();
   GASLOC_CHECK_RANGE("training.adamw.lr", a.lr(), 0, 1, /*lo_open=*/true);
   GASLOC_CHECK_RANGE("training.adamw.warmup_steps", a.warmup_steps(), 0, 1e9);

@@ -839,6 +839,7 @@ v1::Assignment Coordinator::BuildAssignment(const JobRec& job,
   a.set_round(round.round);
   a.set_epoch(round.epoch);
   a.set_rank(rank);
+  a.set_num_workers(n);
   const bool gossip = IsGossipAlgorithm(spec.outer().algorithm());
   const bool complete = !gossip || spec.outer().topology() == v1::TOPOLOGY_COMPLETE;
   if (gossip) {

@@ -1,38 +1,164 @@
 // gasloc-worker: the long-running training daemon of one machine.
+#include <unistd.h>
+
 #include <cstdio>
 #include <string>
+#include <thread>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/flags_setup.h"
 #include "common/log.h"
 #include "common/version.h"
+#include "server/coordinator_client.h"
+#include "server/grpc_peer_transport.h"
+#include "server/peer_service.h"
+#include "server/server_runner.h"
+#include "server/worker_daemon.h"
+#include "worker/round/trainer_adapter.h"
 
 ABSL_FLAG(std::string, coordinator, "localhost:7070",
           "Coordinator address (host:port).");
 ABSL_FLAG(std::string, listen, "0.0.0.0:0",
-          "Address of this worker's Peer service (port 0 = pick a free one).");
+          "Address of this worker's Peer service (port 0 = pick a free one; "
+          "the bound port is printed as 'listening on port N').");
 ABSL_FLAG(std::string, advertise, "",
-          "Address peers should dial (host:port); default: this host's name "
-          "with the bound port.");
+          "Address peers should dial (host:port); default: the --listen host "
+          "(or this machine's host name when listening on 0.0.0.0) with the "
+          "bound port.");
 ABSL_FLAG(int, threads, 0, "Compute threads (0 = all cores).");
 ABSL_FLAG(std::string, data_dir, ".",
-          "Directory for checkpoints and scratch files.");
+          "Directory for scratch files (checkpoints go to the job's "
+          "checkpoint directory).");
 ABSL_FLAG(int, metrics_port, 0,
           "Port of the Prometheus /metrics endpoint (0 = off).");
 ABSL_FLAG(std::string, tls_cert, "", "PEM certificate (enables TLS).");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
 ABSL_FLAG(std::string, tls_ca, "", "PEM root of the cluster's certificates.");
 
+namespace gasloc {
+namespace {
+
+std::string AdvertisedAddress(const std::string& listen, int port) {
+  const std::string flag = absl::GetFlag(FLAGS_advertise);
+  if (!flag.empty()) return flag;
+  std::string host = listen.substr(0, listen.rfind(':'));
+  if (host.empty() || host == "0.0.0.0" || host == "[::]") {
+    char name[256] = {0};
+    gethostname(name, sizeof(name) - 1);
+    host = name;
+  }
+  return absl::StrCat(host, ":", port);
+}
+
+int RunWorker() {
+  CredentialsOptions credentials{absl::GetFlag(FLAGS_tls_cert),
+                                 absl::GetFlag(FLAGS_tls_key),
+                                 absl::GetFlag(FLAGS_tls_ca)};
+  // The Peer service first: its port goes into the registration. The
+  // mailbox learns this worker's id once the coordinator assigned it.
+  Mailbox mailbox(MailboxOptions{});
+  PeerService peer_service(&mailbox);
+  ServerOptions server_options;
+  server_options.listen_address = absl::GetFlag(FLAGS_listen);
+  server_options.credentials = credentials;
+  ServerRunner server(server_options);
+  server.AddService(&peer_service);
+  auto port = server.Start();
+  if (!port.ok()) {
+    GASLOC_LOG(ERROR) << "gasloc-worker: " << port.status();
+    return 1;
+  }
+
+  auto coordinator =
+      CoordinatorClient::Create(absl::GetFlag(FLAGS_coordinator), credentials);
+  if (!coordinator.ok()) {
+    GASLOC_LOG(ERROR) << "gasloc-worker: " << coordinator.status();
+    return 1;
+  }
+  GrpcPeerTransportOptions transport_options;
+  transport_options.mailbox = &mailbox;
+  transport_options.credentials = credentials;
+  GrpcPeerTransport transport(transport_options);
+
+  WorkerDaemonOptions options;
+  options.info.set_address(
+      AdvertisedAddress(server_options.listen_address, *port));
+  options.info.set_cores(std::thread::hardware_concurrency());
+  options.info.set_memory_bytes(
+      static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE));
+  options.info.set_software_version(kGaslocVersion);
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  options.info.set_hostname(host);
+  options.info.set_metrics_port(absl::GetFlag(FLAGS_metrics_port));
+  options.threads = absl::GetFlag(FLAGS_threads);
+  options.data_dir = absl::GetFlag(FLAGS_data_dir);
+
+  ModelFetcher fetcher = [&transport](const v1::PeerAssignment& source,
+                                      uint64_t job_id, uint64_t self_id,
+                                      std::span<float> params,
+                                      std::span<float> outer)
+      -> absl::StatusOr<uint64_t> {
+    FetchModelOptions fetch;
+    fetch.address = source.address();
+    fetch.job_id = job_id;
+    fetch.deadline = absl::Now() + absl::Minutes(5);
+    auto model = transport.FetchModel(fetch);
+    if (!model.ok()) return model.status();
+    if (model->params.size() != params.size() ||
+        (!model->outer_state.empty() && model->outer_state.size() != outer.size()))
+      return absl::FailedPreconditionError(absl::StrCat(
+          "worker ", source.worker_id(), " sent a model of ",
+          model->params.size(), " floats; this job's model has ",
+          params.size()));
+    std::copy(model->params.begin(), model->params.end(), params.begin());
+    if (!model->outer_state.empty())
+      std::copy(model->outer_state.begin(), model->outer_state.end(),
+                outer.begin());
+    return model->round;
+  };
+  WorkerDaemon daemon(options, coordinator->get(), &transport,
+                      &TrainerAdapter::Create, fetcher);
+  peer_service.SetModelProvider(
+      [&daemon](uint64_t job_id) { return daemon.SnapshotModel(job_id); });
+
+  std::printf("listening on port %d\n", *port);
+  std::fflush(stdout);
+  GASLOC_LOG(INFO) << "gasloc-worker " << kGaslocVersion << ": peer service on "
+                   << options.info.address() << ", coordinator "
+                   << absl::GetFlag(FLAGS_coordinator);
+
+  std::thread signals([&] {
+    const int signal_number = server.WaitForTerminationSignal();
+    daemon.Shutdown(signal_number == 0 ? "daemon ended"
+                                       : absl::StrCat("signal ", signal_number));
+  });
+  daemon.SetIdentityListener(
+      [&mailbox](uint64_t worker_id) { mailbox.set_self_id(worker_id); });
+  absl::Status ran = daemon.Run();
+  server.RequestShutdown();
+  signals.join();
+  server.Shutdown(absl::Seconds(2));
+  if (!ran.ok()) {
+    GASLOC_LOG(ERROR) << "gasloc-worker: " << ran;
+    return 1;
+  }
+  GASLOC_LOG(INFO) << "gasloc-worker stopped";
+  return 0;
+}
+
+}  // namespace
+}  // namespace gasloc
+
 int main(int argc, char** argv) {
+  gasloc::BlockTerminationSignals();
   gasloc::ParseFlagsOrExit(
       argc, argv,
       "gasloc-worker: registers with the coordinator, trains the model of "
       "its job round by round and exchanges state with its peers.\n\n"
       "Usage: gasloc-worker --coordinator=HOST:PORT [--listen=HOST:PORT] "
-      "[--threads=N]");
-  std::fprintf(stderr,
-               "gasloc-worker %s: the training daemon is not yet available "
-               "in this build (flags parsed).\n",
-               gasloc::kGaslocVersion);
-  return 2;
+      "[--advertise=HOST:PORT] [--threads=N]");
+  return gasloc::RunWorker();
 }

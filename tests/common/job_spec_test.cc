@@ -56,6 +56,13 @@ TEST(JobSpec, DefaultsFollowTheAlgorithm) {
   EXPECT_EQ(local.outer().budget_policy(), v1::BUDGET_POLICY_UNIFORM);
 }
 
+TEST(JobSpec, OneLayerGlobalModelIsValid) {
+  v1::JobSpec spec = MinimalSpec();
+  spec.mutable_model()->set_layers(1);
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+  EXPECT_EQ(ApplyJobSpecDefaults(spec).training().local_rgc().stages(), 1u);
+}
+
 TEST(JobSpec, MinimalSpecIsValid) {
   EXPECT_TRUE(ValidateJobSpec(MinimalSpec()).ok())
       << ValidateJobSpec(MinimalSpec());
@@ -94,6 +101,7 @@ INSTANTIATE_TEST_SUITE_P(
                  }},
         BadField{"training.local_rgc.stages",
                  [](v1::JobSpec* s) {
+                   s->mutable_training()->set_mode(v1::TRAIN_MODE_LOCAL_RGC);
                    s->mutable_training()->mutable_local_rgc()->set_stages(9);
                  }},
         BadField{"data.corpus_path",

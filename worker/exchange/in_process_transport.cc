@@ -1,6 +1,5 @@
 #include "worker/exchange/in_process_transport.h"
 
-#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -113,29 +112,10 @@ std::vector<TransferOutcome> InProcessTransport::Exchange(
     const TransferKey& key, std::span<const OutgoingTransfer> sends,
     std::span<const IncomingTransfer> receives,
     const ExchangeOptions& options) {
-  std::vector<TransferOutcome> outcomes(sends.size() + receives.size());
-  // Register the receives first, so a fast peer's chunks find them.
-  const absl::Status expected =
-      mailbox_->Expect(key, receives, options.deadline);
-  std::vector<std::thread> senders;
-  senders.reserve(sends.size());
-  for (size_t i = 0; i < sends.size(); ++i) {
-    senders.emplace_back([this, &key, &sends, &options, &outcomes, i] {
-      outcomes[i] = Send(key, sends[i], options);
-    });
-  }
-  for (size_t i = 0; i < receives.size(); ++i) {
-    TransferOutcome& outcome = outcomes[sends.size() + i];
-    if (!expected.ok()) {
-      outcome.peer_id = receives[i].peer_id;
-      outcome.incoming = true;
-      outcome.status = expected;
-      continue;
-    }
-    outcome = mailbox_->Await(key, receives[i].peer_id);
-  }
-  for (std::thread& t : senders) t.join();
-  return outcomes;
+  return RunTransfers(*mailbox_, key, sends, receives, options.deadline,
+                      [&](const OutgoingTransfer& send) {
+                        return Send(key, send, options);
+                      });
 }
 
 TransferOutcome InProcessTransport::Send(const TransferKey& key,

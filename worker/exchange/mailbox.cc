@@ -1,6 +1,7 @@
 #include "worker/exchange/mailbox.h"
 
 #include <algorithm>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -57,7 +58,7 @@ absl::Status Mailbox::Expect(const TransferKey& key,
   if (finished != finished_below_.end() && key.round < finished->second)
     return absl::FailedPreconditionError(
         absl::StrCat("round ", key.round, " of job ", key.job_id,
-                     " is already finished on worker ", options_.self_id));
+                     " is already finished on worker ", self_id()));
   for (const IncomingTransfer& r : receives) {
     if (transfers_.count(MakeKey(key, r.peer_id)) > 0)
       return absl::AlreadyExistsError(
@@ -66,7 +67,7 @@ absl::Status Mailbox::Expect(const TransferKey& key,
   }
   for (const IncomingTransfer& r : receives) {
     auto transfer = std::make_shared<Transfer>();
-    transfer->expect = {key,           r.peer_id,   options_.self_id,
+    transfer->expect = {key,           r.peer_id,   self_id(),
                         r.range_begin, r.range_end, r.buffer.size()};
     transfer->buffer = r.buffer;
     transfer->deadline = deadline;
@@ -92,7 +93,7 @@ TransferOutcome Mailbox::Await(const TransferKey& key, uint64_t peer_id) {
   if (it == transfers_.end()) {
     outcome.status = absl::FailedPreconditionError(
         absl::StrCat("no receive of ", DescribeKey(key), " from peer ",
-                     peer_id, " is registered at worker ", options_.self_id));
+                     peer_id, " is registered at worker ", self_id()));
     return outcome;
   }
   std::shared_ptr<Transfer> t = it->second;
@@ -159,27 +160,27 @@ absl::Status Mailbox::UnexpectedLocked(const v1::ChunkHeader& h,
     return absl::FailedPreconditionError(
         absl::StrCat("chunk of ", what, ": round ", h.round(), " of job ",
                      h.job_id(), " is already finished on worker ",
-                     options_.self_id));
+                     self_id()));
   if (ended_.count(MakeKey(key, h.sender_id())) > 0)
     return absl::FailedPreconditionError(
         absl::StrCat("chunk of ", what, ": that transfer already ended on "
-                     "worker ", options_.self_id));
+                     "worker ", self_id()));
   for (const auto& [k, t] : transfers_) {
     const ChunkExpectation& e = t->expect;
     if (e.key.job_id == key.job_id && e.key.round == key.round &&
         e.key.phase == key.phase && e.key.step == key.step)
       return absl::FailedPreconditionError(
           absl::StrCat("sender ", h.sender_id(), " is not a peer of worker ",
-                       options_.self_id, " in round ", h.round(), " (",
+                       self_id(), " in round ", h.round(), " (",
                        DescribeKey(key), ")"));
     if (e.sender_id == h.sender_id() && e.key.job_id != key.job_id)
       return absl::FailedPreconditionError(absl::StrCat(
-          "chunk is for job ", key.job_id, ", worker ", options_.self_id,
+          "chunk is for job ", key.job_id, ", worker ", self_id(),
           " expects job ", e.key.job_id, " from sender ", h.sender_id()));
   }
   if (final_check)
     return absl::FailedPreconditionError(absl::StrCat(
-        "worker ", options_.self_id, " expects no transfer of ", what,
+        "worker ", self_id(), " expects no transfer of ", what,
         " (waited ", absl::FormatDuration(options_.early_chunk_wait),
         " for it to be registered)"));
   return absl::OkStatus();
@@ -283,6 +284,34 @@ void Mailbox::EndStream(Transfer& t, const absl::Status& why) {
                     t.Describe(), ": stream ended after ",
                     t.next_offset - t.expect.range_begin, " of ", total,
                     " elements without the last chunk")));
+}
+
+std::vector<TransferOutcome> RunTransfers(
+    Mailbox& mailbox, const TransferKey& key,
+    std::span<const OutgoingTransfer> sends,
+    std::span<const IncomingTransfer> receives, absl::Time deadline,
+    const std::function<TransferOutcome(const OutgoingTransfer&)>& send) {
+  std::vector<TransferOutcome> outcomes(sends.size() + receives.size());
+  // Register the receives before anything is sent, so a faster peer's
+  // chunks find them.
+  const absl::Status expected = mailbox.Expect(key, receives, deadline);
+  std::vector<std::thread> senders;
+  senders.reserve(sends.size());
+  for (size_t i = 0; i < sends.size(); ++i)
+    senders.emplace_back(
+        [&, i] { outcomes[i] = send(sends[i]); });
+  for (size_t i = 0; i < receives.size(); ++i) {
+    TransferOutcome& outcome = outcomes[sends.size() + i];
+    if (!expected.ok()) {
+      outcome.peer_id = receives[i].peer_id;
+      outcome.incoming = true;
+      outcome.status = expected;
+      continue;
+    }
+    outcome = mailbox.Await(key, receives[i].peer_id);
+  }
+  for (std::thread& t : senders) t.join();
+  return outcomes;
 }
 
 // --- InboundStream ----------------------------------------------------------

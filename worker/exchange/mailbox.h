@@ -27,13 +27,16 @@
 #ifndef GASLOC_WORKER_EXCHANGE_MAILBOX_H_
 #define GASLOC_WORKER_EXCHANGE_MAILBOX_H_
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
 #include <span>
 #include <tuple>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -63,7 +66,14 @@ class Mailbox {
   Mailbox(const Mailbox&) = delete;
   Mailbox& operator=(const Mailbox&) = delete;
 
-  uint64_t self_id() const { return options_.self_id; }
+  uint64_t self_id() const {
+    const uint64_t assigned = assigned_self_id_.load();
+    return assigned != 0 ? assigned : options_.self_id;
+  }
+  // Sets this worker's id after construction (a daemon learns it from the
+  // coordinator after its Peer service is already listening, and again
+  // after a re-registration).
+  void set_self_id(uint64_t worker_id) { assigned_self_id_ = worker_id; }
 
   // Registers the receives of `key`, all at once, each accepting chunks
   // only from its peer_id, until `deadline`. Rounds below key.round of
@@ -106,6 +116,7 @@ class Mailbox {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const MailboxOptions options_;
+  std::atomic<uint64_t> assigned_self_id_{0};
   mutable absl::Mutex mu_;
   absl::CondVar changed_;  // any transfer's state, registrations
   std::map<Key, std::shared_ptr<Transfer>> transfers_ ABSL_GUARDED_BY(mu_);
@@ -114,6 +125,15 @@ class Mailbox {
   std::set<Key> ended_ ABSL_GUARDED_BY(mu_);
   std::deque<Key> ended_order_ ABSL_GUARDED_BY(mu_);
 };
+
+// The common body of PeerTransport::Exchange: registers `receives` in
+// `mailbox`, runs `send` for every send on its own thread, awaits every
+// receive, and returns the outcomes (sends first, in order).
+std::vector<TransferOutcome> RunTransfers(
+    Mailbox& mailbox, const TransferKey& key,
+    std::span<const OutgoingTransfer> sends,
+    std::span<const IncomingTransfer> receives, absl::Time deadline,
+    const std::function<TransferOutcome(const OutgoingTransfer&)>& send);
 
 // Feeds the chunks of one stream to the mailbox. The first chunk binds the
 // stream to its transfer; later chunks must belong to the same transfer.

@@ -141,21 +141,21 @@ absl::Status EncodePayload(std::span<const float> values,
                            v1::WireEncoding encoding, std::string* out) {
   ASSIGN_OR_RETURN(const uint32_t bytes_per_element,
                    BytesPerElement(encoding));
-  const size_t start = out->size();
-  out->resize(start + values.size() * bytes_per_element);
-  char* dst = out->data() + start;
+  // Appended (no zero-filling resize first): one pass over the bytes.
+  out->reserve(out->size() + values.size() * bytes_per_element);
   if (bytes_per_element == 4) {
-    if (!values.empty()) std::memcpy(dst, values.data(), values.size() * 4);
+    out->append(reinterpret_cast<const char*>(values.data()),
+                values.size() * 4);
     return absl::OkStatus();
   }
-  // BF16. Written through a local array so the loop vectorises.
+  // BF16, through a local block so the conversion loop vectorises.
   const size_t n = values.size();
   const float* src = values.data();
   uint16_t block[1024];
   for (size_t begin = 0; begin < n; begin += 1024) {
     const size_t count = std::min<size_t>(1024, n - begin);
     for (size_t i = 0; i < count; ++i) block[i] = FloatToBf16(src[begin + i]);
-    std::memcpy(dst + begin * 2, block, count * 2);
+    out->append(reinterpret_cast<const char*>(block), count * 2);
   }
   return absl::OkStatus();
 }

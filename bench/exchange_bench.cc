@@ -1,0 +1,438 @@
+// gasloc-bench exchange: loopback throughput of a model-sized transfer
+// through the real exchange path (GrpcPeerTransport -> Peer service ->
+// Mailbox, two workers' servers in this process on 127.0.0.1), as a ratio
+// to raw TCP over loopback measured in the same invocation (the iperf3-style
+// ceiling: one socket, 1 MiB writes, no framing).
+//
+// For each model size, encoding and chunk size: the exchange one way (A
+// sends, B receives) and as a gossip swap (both directions at once), each
+// rep right after a raw TCP run of the same shape (one socket per
+// direction), so both see the same machine load. Reports GB/s of wire
+// bytes and of model bytes (fp32-equivalent: bf16 moves half the wire bytes
+// per float) and the ratios to TCP, medians of --reps runs; plus the
+// in-memory cost of the codec alone.
+//
+//   gasloc-bench exchange [--floats=4194304,25000000] [--encodings=fp32,bf16]
+//                         [--chunk_kib=256,1024] [--reps=3]
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "bench/bench_registry.h"
+#include "gasloc/v1/peer.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+#include "common/crc32c.h"
+#include "server/grpc_peer_transport.h"
+#include "server/peer_service.h"
+#include "server/server_runner.h"
+#include "worker/exchange/wire_codec.h"
+
+namespace gasloc::bench {
+namespace {
+
+struct Config {
+  std::vector<uint64_t> floats = {4194304, 25000000};
+  std::vector<v1::WireEncoding> encodings = {v1::WIRE_ENCODING_FP32,
+                                             v1::WIRE_ENCODING_BF16};
+  std::vector<uint32_t> chunk_kib = {256, 1024};
+  int reps = 3;
+};
+
+bool ParseList(const std::string& value, std::vector<uint64_t>* out) {
+  out->clear();
+  for (absl::string_view part : absl::StrSplit(value, ',')) {
+    uint64_t v = 0;
+    if (!absl::SimpleAtoi(part, &v) || v == 0) return false;
+    out->push_back(v);
+  }
+  return !out->empty();
+}
+
+int Usage(const char* program, const std::string& error) {
+  if (!error.empty()) std::fprintf(stderr, "%s: %s\n", program, error.c_str());
+  std::printf(
+      "Usage: %s [--floats=N,...] [--encodings=fp32,bf16] "
+      "[--chunk_kib=K,...] [--reps=R]\n"
+      "  --floats     model sizes in floats (default 4194304,25000000)\n"
+      "  --encodings  wire encodings (default fp32,bf16)\n"
+      "  --chunk_kib  chunk payload sizes in KiB, 4..3072 (default 256,1024)\n"
+      "  --reps       runs per measurement, median reported (default 3)\n",
+      program);
+  return error.empty() ? 0 : 2;
+}
+
+// --- raw TCP baseline -------------------------------------------------------
+
+// A connected loopback socket pair: {client, server}.
+std::pair<int, int> TcpPair() {
+  const int listener = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  if (bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      listen(listener, 1) != 0 ||
+      getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    close(listener);
+    return {-1, -1};
+  }
+  const int client = socket(AF_INET, SOCK_STREAM, 0);
+  if (connect(client, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(listener);
+    close(client);
+    return {-1, -1};
+  }
+  const int server = accept(listener, nullptr, nullptr);
+  close(listener);
+  return {client, server};
+}
+
+// Streams `bytes` from `from` to `to` (1 MiB writes and reads); true if
+// all arrived.
+bool TcpMove(int from, int to, uint64_t bytes) {
+  std::vector<char> out(1 << 20, 'x');
+  std::vector<char> in(1 << 20);
+  bool ok = true;
+  std::thread reader([&] {
+    uint64_t got = 0;
+    while (got < bytes) {
+      const ssize_t n = read(to, in.data(), in.size());
+      if (n <= 0) {
+        ok = false;
+        return;
+      }
+      got += n;
+    }
+  });
+  uint64_t sent = 0;
+  while (sent < bytes) {
+    const size_t want = std::min<uint64_t>(out.size(), bytes - sent);
+    const ssize_t n = write(from, out.data(), want);
+    if (n <= 0) {
+      ok = false;
+      break;
+    }
+    sent += n;
+  }
+  reader.join();
+  return ok;
+}
+
+// Seconds to move `bytes` one way, or both ways at once over two sockets.
+double TcpSeconds(uint64_t bytes, bool both_ways) {
+  auto [c1, s1] = TcpPair();
+  auto [c2, s2] = TcpPair();
+  if (c1 < 0 || c2 < 0) return -1;
+  const absl::Time start = absl::Now();
+  bool ok = true, ok2 = true;
+  std::thread other;
+  if (both_ways) other = std::thread([&] { ok2 = TcpMove(c2, s2, bytes); });
+  ok = TcpMove(c1, s1, bytes);
+  if (other.joinable()) other.join();
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  for (int fd : {c1, s1, c2, s2}) close(fd);
+  return ok && ok2 ? seconds : -1;
+}
+
+// --- raw gRPC baseline -----------------------------------------------------
+
+// Peer.Exchange that only reads and discards: gRPC's own cost for the same
+// message sizes, without the codec, checksums or the Mailbox.
+class SinkService final : public v1::Peer::Service {
+ public:
+  grpc::Status Exchange(
+      grpc::ServerContext* context,
+      grpc::ServerReaderWriter<v1::ExchangeChunk, v1::ExchangeChunk>* stream)
+      override {
+    v1::ExchangeChunk chunk;
+    while (stream->Read(&chunk)) {
+      if (chunk.last()) {
+        stream->Write(v1::ExchangeChunk());
+        return grpc::Status::OK;
+      }
+    }
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "cut");
+  }
+};
+
+// Seconds to stream `bytes` as chunks of `chunk_bytes` (one pre-built
+// message, sent repeatedly) to the sink at `address`; -1 on failure.
+double RawGrpcSeconds(const std::string& address, uint64_t bytes,
+                      uint32_t chunk_bytes) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(8 << 20);
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  auto channel = grpc::CreateCustomChannel(
+      address, grpc::InsecureChannelCredentials(), args);
+  auto stub = v1::Peer::NewStub(channel);
+  v1::ExchangeChunk chunk;
+  chunk.mutable_payload()->assign(chunk_bytes, 'x');
+  const absl::Time start = absl::Now();
+  grpc::ClientContext context;
+  auto stream = stub->Exchange(&context);
+  for (uint64_t sent = 0; sent < bytes; sent += chunk_bytes) {
+    chunk.set_last(sent + chunk_bytes >= bytes);
+    if (!stream->Write(chunk)) break;
+  }
+  stream->WritesDone();
+  v1::ExchangeChunk ack;
+  stream->Read(&ack);
+  const bool ok = stream->Finish().ok();
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  return ok ? seconds : -1;
+}
+
+// --- the exchange -----------------------------------------------------------
+
+struct Node {
+  explicit Node(uint64_t id)
+      : mailbox([id] {
+          MailboxOptions o;
+          o.self_id = id;
+          return o;
+        }()),
+        service(&mailbox),
+        runner(ServerOptions{"127.0.0.1:0", {}, 8 << 20}),
+        transport(GrpcPeerTransportOptions{&mailbox, {}, 8 << 20}) {
+    runner.AddService(&service);
+    auto port = runner.Start();
+    address = absl::StrCat("127.0.0.1:", port.ok() ? *port : 0);
+  }
+  Mailbox mailbox;
+  PeerService service;
+  ServerRunner runner;
+  GrpcPeerTransport transport;
+  std::string address;
+};
+
+// Seconds for one exchange step of `key` (A -> B, and B -> A if
+// both_ways), or -1 if any transfer failed.
+double ExchangeSeconds(Node& a, Node& b, const TransferKey& key,
+                       const std::vector<float>& model_a,
+                       const std::vector<float>& model_b,
+                       std::vector<float>& scratch_a,
+                       std::vector<float>& scratch_b, bool both_ways,
+                       const ExchangeOptions& options) {
+  const uint64_t n = model_a.size();
+  std::vector<TransferOutcome> out_a, out_b;
+  const absl::Time start = absl::Now();
+  std::thread other([&] {
+    OutgoingTransfer send{1, a.address, model_b, 0, n};
+    IncomingTransfer recv{1, scratch_b, 0, n};
+    out_b = b.transport.Exchange(
+        key, both_ways ? std::span<const OutgoingTransfer>(&send, 1)
+                       : std::span<const OutgoingTransfer>(),
+        {&recv, 1}, options);
+  });
+  OutgoingTransfer send{2, b.address, model_a, 0, n};
+  IncomingTransfer recv{2, scratch_a, 0, n};
+  out_a = a.transport.Exchange(
+      key, {&send, 1},
+      both_ways ? std::span<const IncomingTransfer>(&recv, 1)
+                : std::span<const IncomingTransfer>(),
+      options);
+  other.join();
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  for (const auto* outs : {&out_a, &out_b})
+    for (const TransferOutcome& o : *outs)
+      if (!o.status.ok()) {
+        std::fprintf(stderr, "exchange failed: %s\n",
+                     o.status.ToString().c_str());
+        return -1;
+      }
+  return seconds;
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+int RunExchangeBench(int argc, char** argv) {
+  Config config;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const auto eq = arg.find('=');
+    const std::string name = arg.substr(0, eq);
+    const std::string value = eq == std::string::npos ? "" : arg.substr(eq + 1);
+    std::vector<uint64_t> list;
+    if (name == "--help") return Usage(argv[0], "");
+    if (name == "--floats") {
+      if (!ParseList(value, &config.floats))
+        return Usage(argv[0], "--floats wants positive integers");
+    } else if (name == "--chunk_kib") {
+      if (!ParseList(value, &list))
+        return Usage(argv[0], "--chunk_kib wants positive integers");
+      config.chunk_kib.clear();
+      for (uint64_t k : list) {
+        if (k < 4 || k > 3072)
+          return Usage(argv[0], absl::StrCat("--chunk_kib ", k,
+                                             " is outside 4..3072"));
+        config.chunk_kib.push_back(static_cast<uint32_t>(k));
+      }
+    } else if (name == "--encodings") {
+      config.encodings.clear();
+      for (absl::string_view e : absl::StrSplit(value, ',')) {
+        if (e == "fp32") {
+          config.encodings.push_back(v1::WIRE_ENCODING_FP32);
+        } else if (e == "bf16") {
+          config.encodings.push_back(v1::WIRE_ENCODING_BF16);
+        } else {
+          return Usage(argv[0], absl::StrCat("unknown encoding '", e,
+                                             "' (fp32, bf16)"));
+        }
+      }
+    } else if (name == "--reps") {
+      if (!ParseList(value, &list) || list.size() != 1)
+        return Usage(argv[0], "--reps wants one positive integer");
+      config.reps = static_cast<int>(list[0]);
+    } else {
+      return Usage(argv[0], absl::StrCat("unknown flag ", arg));
+    }
+  }
+
+  Node a(1), b(2);
+  if (a.address.ends_with(":0") || b.address.ends_with(":0")) {
+    std::fprintf(stderr, "cannot start the loopback servers\n");
+    return 1;
+  }
+  SinkService sink;
+  ServerRunner sink_runner(ServerOptions{"127.0.0.1:0", {}, 8 << 20});
+  sink_runner.AddService(&sink);
+  auto sink_port = sink_runner.Start();
+  if (!sink_port.ok()) {
+    std::fprintf(stderr, "cannot start the sink server\n");
+    return 1;
+  }
+  const std::string sink_address = absl::StrCat("127.0.0.1:", *sink_port);
+  uint64_t round = 0;
+  std::string json = "{\"bench\":\"exchange\",\"results\":[";
+  bool first_json = true;
+  for (uint64_t floats : config.floats) {
+    const uint64_t model_bytes = floats * 4;
+    std::vector<float> model_a(floats), model_b(floats);
+    for (uint64_t i = 0; i < floats; ++i) {
+      model_a[i] = 0.001f * static_cast<float>(i % 1000) - 0.5f;
+      model_b[i] = -model_a[i];
+    }
+    std::vector<float> scratch_a(floats), scratch_b(floats);
+    std::printf("model %llu floats (%.1f MB fp32)\n",
+                static_cast<unsigned long long>(floats), model_bytes / 1e6);
+    // In-memory cost of the codec alone (encode + CRC + check + decode of
+    // the whole model), to tell CPU-bound from network-bound.
+    for (v1::WireEncoding encoding : config.encodings) {
+      std::vector<double> encode_s, crc_s, decode_s;
+      std::string payload;
+      for (int r = 0; r < config.reps; ++r) {
+        payload.clear();
+        absl::Time t0 = absl::Now();
+        if (!EncodePayload(model_a, encoding, &payload).ok()) return 1;
+        absl::Time t1 = absl::Now();
+        const uint32_t crc = Crc32c(payload.data(), payload.size());
+        absl::Time t2 = absl::Now();
+        if (!DecodePayload(payload, encoding, scratch_a).ok() || crc == 1)
+          return 1;
+        absl::Time t3 = absl::Now();
+        encode_s.push_back(absl::ToDoubleSeconds(t1 - t0));
+        crc_s.push_back(absl::ToDoubleSeconds(t2 - t1));
+        decode_s.push_back(absl::ToDoubleSeconds(t3 - t2));
+      }
+      std::printf(
+          "  codec %s in memory, GB/s of model bytes: encode %.2f, crc32c "
+          "%.2f, check+decode %.2f\n",
+          EncodingName(encoding).c_str(), model_bytes / Median(encode_s) / 1e9,
+          model_bytes / Median(crc_s) / 1e9,
+          model_bytes / Median(decode_s) / 1e9);
+    }
+    std::printf("  %-5s %6s %-9s %9s %10s %10s %10s %10s %s\n", "enc",
+                "chunk", "direction", "TCP GB/s", "wire GB/s", "model GB/s",
+                "wire/TCP", "model/TCP", "wire/raw-gRPC");
+    for (v1::WireEncoding encoding : config.encodings) {
+      const double wire_per_model =
+          encoding == v1::WIRE_ENCODING_BF16 ? 0.5 : 1.0;
+      for (uint32_t kib : config.chunk_kib) {
+        for (bool both_ways : {false, true}) {
+          ExchangeOptions options;
+          options.encoding = encoding;
+          options.chunk_bytes = kib << 10;
+          const double directions = both_ways ? 2 : 1;
+          // Each rep measures TCP and then the exchange right after it, so
+          // both see the same machine load; medians over reps.
+          std::vector<double> tcp_gbs, model_gbs, ratios, grpc_ratios;
+          for (int r = 0; r < config.reps; ++r) {
+            const double tcp_s = TcpSeconds(model_bytes, both_ways);
+            if (tcp_s <= 0) {
+              std::fprintf(stderr, "raw TCP baseline failed\n");
+              return 1;
+            }
+            options.deadline = absl::Now() + absl::Seconds(300);
+            const TransferKey key{1, ++round, v1::EXCHANGE_PHASE_GOSSIP, 0};
+            const double s =
+                ExchangeSeconds(a, b, key, model_a, model_b, scratch_a,
+                                scratch_b, both_ways, options);
+            if (s < 0) return 1;
+            if (!both_ways) {
+              // The wire bytes of this encoding through bare gRPC.
+              const double g = RawGrpcSeconds(
+                  sink_address,
+                  static_cast<uint64_t>(model_bytes * wire_per_model),
+                  options.chunk_bytes);
+              if (g > 0) grpc_ratios.push_back(g / s);
+            }
+            tcp_gbs.push_back(directions * model_bytes / tcp_s / 1e9);
+            model_gbs.push_back(directions * model_bytes / s / 1e9);
+            ratios.push_back(tcp_s / s);
+          }
+          const double tcp = Median(tcp_gbs);
+          const double model = Median(model_gbs);
+          const double wire = model * wire_per_model;
+          const double model_ratio = Median(ratios);
+          const double wire_ratio = model_ratio * wire_per_model;
+          const double grpc_ratio =
+              grpc_ratios.empty() ? 0 : Median(grpc_ratios);
+          const std::string enc = EncodingName(encoding);
+          std::printf(
+              "  %-5s %4uKiB %-9s %9.2f %10.2f %10.2f %9.0f%% %9.0f%% %s\n",
+              enc.c_str(), kib, both_ways ? "both" : "one", tcp, wire, model,
+              100 * wire_ratio, 100 * model_ratio,
+              both_ways ? "" : absl::StrCat(static_cast<int>(100 * grpc_ratio),
+                                            "%").c_str());
+          absl::StrAppend(
+              &json, first_json ? "" : ",", "{\"floats\":", floats,
+              ",\"encoding\":\"", enc, "\",\"chunk_kib\":", kib,
+              ",\"both_ways\":", both_ways ? "true" : "false",
+              ",\"tcp_gbps\":", tcp, ",\"wire_gbps\":", wire,
+              ",\"model_gbps\":", model, ",\"wire_ratio\":", wire_ratio,
+              ",\"model_ratio\":", model_ratio, ",\"wire_vs_raw_grpc\":",
+              grpc_ratio, "}");
+          first_json = false;
+        }
+      }
+    }
+  }
+  json += "]}";
+  std::printf("%s\n", json.c_str());
+  return 0;
+}
+
+}  // namespace
+
+GASLOC_BENCH_COMMAND(exchange,
+                     "peer exchange loopback throughput vs raw TCP",
+                     RunExchangeBench);
+
+}  // namespace gasloc::bench

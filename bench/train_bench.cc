@@ -1,0 +1,348 @@
+// gasloc-bench train: throughput of the trainer's optimizer step (forward,
+// backward, clipping, AdamW, data sampling) on a named preset or an explicit
+// shape, optionally against PyTorch on the same config and threads
+// (--compare-torch runs bench/torch_train_bench.py) and against the oneDNN
+// matmul peak of this machine (--matmul-peak). Prints per-step progress and
+// ends with ONE JSON line (docs/benchmarks.md).
+#include <omp.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "bench/bench_registry.h"
+#include "common/job_spec.h"
+#include "dnnl.hpp"
+#include "worker/train/trainer.h"
+
+namespace gasloc::bench {
+namespace {
+
+constexpr char kUsage[] =
+    "gasloc-bench train [--preset=S|M|D24] [--layers=N] [--d-model=N] "
+    "[--heads=N] [--ctx=N] [--batch=N] [--threads=2] [--dtype=fp32|bf16] "
+    "[--steps=10] [--warmup=2] [--data=FILE] [--compare-torch] "
+    "[--matmul-peak]\n";
+
+struct BenchOptions {
+  std::string preset = "S";
+  int layers = 0, d_model = 0, heads = 0, ctx = 0, batch = 0;
+  int threads = 2;
+  std::string dtype = "fp32";
+  int steps = 10;
+  int warmup = 2;
+  std::string data;
+  bool compare_torch = false;
+  bool matmul_peak = false;
+};
+
+double Seconds(std::chrono::steady_clock::time_point a,
+               std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// --key=value / --flag parsing (flags of one subcommand; Abseil flags are
+// process-global and would collide between subcommands).
+bool ParseArgs(int argc, char** argv, BenchOptions* o) {
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      std::printf("%s", kUsage);
+      std::exit(0);
+    }
+    if (arg.rfind("--", 0) != 0) {
+      std::fprintf(stderr, "gasloc-bench train: unexpected argument '%s'\n%s",
+                   arg.c_str(), kUsage);
+      return false;
+    }
+    arg = arg.substr(2);
+    std::replace(arg.begin(), arg.end(), '_', '-');
+    const size_t eq = arg.find('=');
+    const std::string key = arg.substr(0, eq);
+    const std::string value = eq == std::string::npos ? "" : arg.substr(eq + 1);
+    const std::map<std::string, int*> ints = {
+        {"layers", &o->layers}, {"d-model", &o->d_model}, {"heads", &o->heads},
+        {"ctx", &o->ctx},       {"batch", &o->batch},     {"threads", &o->threads},
+        {"steps", &o->steps},   {"warmup", &o->warmup}};
+    if (auto it = ints.find(key); it != ints.end()) {
+      if (!absl::SimpleAtoi(value, it->second)) {
+        std::fprintf(stderr, "gasloc-bench train: --%s needs an integer, got '%s'\n",
+                     key.c_str(), value.c_str());
+        return false;
+      }
+    } else if (key == "preset") {
+      o->preset = value;
+    } else if (key == "dtype") {
+      o->dtype = value;
+    } else if (key == "data") {
+      o->data = value;
+    } else if (key == "compare-torch") {
+      o->compare_torch = true;
+    } else if (key == "matmul-peak") {
+      o->matmul_peak = true;
+    } else {
+      std::fprintf(stderr, "gasloc-bench train: unknown flag --%s\n%s",
+                   key.c_str(), kUsage);
+      return false;
+    }
+  }
+  return true;
+}
+
+// Best GFLOP/s of oneDNN matmuls at the model's shapes (M = batch * ctx rows
+// against the QKV, MLP and head weights), weights in oneDNN's preferred
+// blocked format (format_tag::any, reordered once), as the model uses them.
+double MatmulPeakGflops(bool bf16, int64_t m, int64_t d, int threads) {
+  using dnnl::memory;
+  omp_set_num_threads(threads);
+  dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  dnnl::stream stream(engine);
+  const auto dt = bf16 ? memory::data_type::bf16 : memory::data_type::f32;
+  double best = 0;
+  const int64_t shapes[][2] = {{d, 3 * d}, {d, 4 * d}, {4 * d, d}};
+  for (const auto& shape : shapes) {
+    const int64_t k = shape[0], n = shape[1];
+    memory::desc a_md({m, k}, dt, memory::format_tag::ab);
+    memory::desc b_any({k, n}, dt, memory::format_tag::any);
+    memory::desc c_md({m, n}, memory::data_type::f32, memory::format_tag::ab);
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_any, c_md),
+                                    engine);
+    memory a(a_md, engine), b(pd.weights_desc(), engine), c(c_md, engine);
+    std::fill_n(static_cast<uint8_t*>(a.get_data_handle()),
+                a_md.get_size(), uint8_t{0x3c});
+    std::fill_n(static_cast<uint8_t*>(b.get_data_handle()),
+                pd.weights_desc().get_size(), uint8_t{0x3c});
+    dnnl::matmul mm(pd);
+    std::vector<double> times;
+    for (int rep = 0; rep < 12; ++rep) {
+      const auto t0 = std::chrono::steady_clock::now();
+      mm.execute(stream, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b},
+                          {DNNL_ARG_DST, c}});
+      stream.wait();
+      if (rep >= 2) times.push_back(Seconds(t0, std::chrono::steady_clock::now()));
+    }
+    best = std::max(best, 2.0 * m * k * n / Median(times) / 1e9);
+  }
+  return best;
+}
+
+// Runs the PyTorch side; returns its JSON line (empty on failure).
+std::string RunTorch(const BenchOptions& o, const ModelConfig& c, int batch,
+                     const std::string& data) {
+  const std::string command = absl::StrFormat(
+      "OMP_NUM_THREADS=%d OPENBLAS_NUM_THREADS=%d /usr/bin/python3 "
+      "%s/bench/torch_train_bench.py --layers %d --d-model %d --heads %d "
+      "--ctx %d --batch %d --threads %d --dtype %s --steps %d --warmup %d "
+      "--data '%s'",
+      o.threads, o.threads, GASLOC_SOURCE_DIR, c.layers, c.d_model, c.heads,
+      c.context, batch, o.threads, o.dtype, o.steps, o.warmup, data);
+  std::FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) return "";
+  std::string last;
+  char line[4096];
+  while (std::fgets(line, sizeof(line), pipe) != nullptr) {
+    std::string s(line);
+    if (!s.empty() && s[0] == '{') {
+      last = s;
+      while (!last.empty() && (last.back() == '\n' || last.back() == '\r'))
+        last.pop_back();
+    } else {
+      std::printf("%s", s.c_str());
+      std::fflush(stdout);
+    }
+  }
+  const int rc = ::pclose(pipe);
+  if (rc != 0) {
+    std::fprintf(stderr, "gasloc-bench train: PyTorch run failed (%d): %s\n",
+                 rc, command.c_str());
+    return "";
+  }
+  return last;
+}
+
+// The number after "key": in a flat JSON line (0 if absent).
+double JsonNumber(const std::string& json, const std::string& key) {
+  const std::string needle = "\"" + key + "\":";
+  const size_t at = json.find(needle);
+  if (at == std::string::npos) return 0;
+  return std::strtod(json.c_str() + at + needle.size(), nullptr);
+}
+
+int RunTrainBench(int argc, char** argv) {
+  BenchOptions o;
+  if (!ParseArgs(argc, argv, &o)) return 2;
+  // As gasloc-train: passive OpenMP waiting unless the caller chose (the
+  // PyTorch run inherits the same setting).
+  ::setenv("OMP_WAIT_POLICY", "PASSIVE", /*overwrite=*/0);
+  struct Preset {
+    const char* name;
+    int layers, d_model, heads, ctx, batch;
+  };
+  static constexpr Preset kPresets[] = {{"S", 4, 256, 4, 256, 16},
+                                        {"M", 6, 384, 6, 256, 16},
+                                        {"D24", 24, 256, 8, 256, 8}};
+  const Preset* preset = nullptr;
+  for (const Preset& p : kPresets)
+    if (o.preset == p.name) preset = &p;
+  if (preset == nullptr) {
+    std::fprintf(stderr, "gasloc-bench train: --preset must be S, M or D24, got '%s'\n",
+                 o.preset.c_str());
+    return 2;
+  }
+  if (o.dtype != "fp32" && o.dtype != "bf16") {
+    std::fprintf(stderr, "gasloc-bench train: --dtype must be fp32 or bf16, got '%s'\n",
+                 o.dtype.c_str());
+    return 2;
+  }
+  if (o.steps < 0 || o.warmup < 0 || o.threads < 1) {
+    std::fprintf(stderr, "gasloc-bench train: --steps and --warmup must be >= 0 "
+                         "and --threads >= 1\n");
+    return 2;
+  }
+  if (o.data.empty()) {
+    o.data = "/work/shared/data/tinyshakespeare.txt";
+    if (::access(o.data.c_str(), R_OK) != 0) o.data = "/usr/share/common-licenses";
+  }
+  v1::JobSpec spec;
+  spec.set_name("bench");
+  spec.mutable_model()->set_layers(o.layers > 0 ? o.layers : preset->layers);
+  spec.mutable_model()->set_d_model(o.d_model > 0 ? o.d_model : preset->d_model);
+  spec.mutable_model()->set_heads(o.heads > 0 ? o.heads : preset->heads);
+  spec.mutable_model()->set_context(o.ctx > 0 ? o.ctx : preset->ctx);
+  spec.mutable_training()->set_batch(o.batch > 0 ? o.batch : preset->batch);
+  spec.mutable_training()->set_threads(o.threads);
+  spec.mutable_training()->set_precision(
+      o.dtype == "bf16" ? v1::PRECISION_BF16 : v1::PRECISION_FP32);
+  spec.mutable_data()->set_corpus_path(o.data);
+  spec.mutable_data()->set_eval_windows(1);
+  spec.mutable_stop()->set_max_rounds(1);
+
+  std::string json = "{";
+  const auto add = [&json](const std::string& key, const std::string& value) {
+    absl::StrAppend(&json, json.size() > 1 ? ", " : "", "\"", key, "\": ", value);
+  };
+  add("preset", absl::StrCat("\"", o.preset, "\""));
+  add("dtype", absl::StrCat("\"", o.dtype, "\""));
+  add("threads", absl::StrCat(o.threads));
+  add("layers", absl::StrCat(spec.model().layers()));
+  add("d_model", absl::StrCat(spec.model().d_model()));
+  add("heads", absl::StrCat(spec.model().heads()));
+  add("ctx", absl::StrCat(spec.model().context()));
+  add("batch", absl::StrCat(spec.training().batch()));
+
+  double peak = 0;
+  if (o.matmul_peak) {
+    const int64_t m = int64_t{spec.training().batch()} * spec.model().context();
+    const double fp32 = MatmulPeakGflops(false, m, spec.model().d_model(), o.threads);
+    const double bf16 = MatmulPeakGflops(true, m, spec.model().d_model(), o.threads);
+    std::printf("oneDNN matmul peak (M %lld, d %u, %d threads): fp32 %.0f "
+                "GFLOP/s, bf16 %.0f GFLOP/s\n",
+                static_cast<long long>(m), spec.model().d_model(), o.threads,
+                fp32, bf16);
+    add("matmul_peak_fp32_gflops", absl::StrFormat("%.1f", fp32));
+    add("matmul_peak_bf16_gflops", absl::StrFormat("%.1f", bf16));
+    peak = o.dtype == "bf16" ? bf16 : fp32;
+  }
+
+  double ours_tps = 0, ours_rss = 0;
+  if (o.steps > 0) {
+    TrainerOptions options;
+    options.spec = spec;
+    options.threads = o.threads;
+    options.total_steps = static_cast<uint64_t>(o.steps);
+    auto trainer = Trainer::Create(options);
+    if (!trainer.ok()) {
+      std::fprintf(stderr, "gasloc-bench train: %s\n",
+                   trainer.status().ToString().c_str());
+      return 1;
+    }
+    Trainer& t = **trainer;
+    std::vector<double> step_s, fwd_bwd_s, optimizer_s;
+    for (int i = 0; i < o.steps; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      auto loss = t.ComputeGradients();
+      const auto t1 = std::chrono::steady_clock::now();
+      if (!loss.ok()) {
+        std::fprintf(stderr, "gasloc-bench train: %s\n",
+                     loss.status().ToString().c_str());
+        return 1;
+      }
+      auto applied = t.ApplyGradients();
+      const auto t2 = std::chrono::steady_clock::now();
+      if (!applied.ok()) {
+        std::fprintf(stderr, "gasloc-bench train: %s\n",
+                     applied.status().ToString().c_str());
+        return 1;
+      }
+      const double s = Seconds(t0, t2);
+      std::printf("step %d/%d loss %.4f ms %.1f (fwd+bwd %.1f, optimizer %.1f) "
+                  "tok/s %.0f\n",
+                  i + 1, o.steps, *loss, s * 1e3, Seconds(t0, t1) * 1e3,
+                  Seconds(t1, t2) * 1e3, t.tokens_per_step() / s);
+      std::fflush(stdout);
+      if (i >= o.warmup || o.steps <= o.warmup) {
+        step_s.push_back(s);
+        fwd_bwd_s.push_back(Seconds(t0, t1));
+        optimizer_s.push_back(Seconds(t1, t2));
+      }
+    }
+    const double median = Median(step_s);
+    const double flops = t.model().TrainingFlops(t.batch(), t.config().context);
+    struct rusage usage;
+    ::getrusage(RUSAGE_SELF, &usage);
+    ours_tps = t.tokens_per_step() / median;
+    ours_rss = static_cast<double>(usage.ru_maxrss) * 1024.0;
+    const double gflops = flops / median / 1e9;
+    add("params", absl::StrCat(t.params().layout().parameter_count()));
+    add("tokens_per_s", absl::StrFormat("%.1f", ours_tps));
+    add("ms_per_step", absl::StrFormat("%.2f", median * 1e3));
+    add("fwd_bwd_ms", absl::StrFormat("%.2f", Median(fwd_bwd_s) * 1e3));
+    add("optimizer_ms", absl::StrFormat("%.2f", Median(optimizer_s) * 1e3));
+    add("peak_rss_bytes", absl::StrFormat("%.0f", ours_rss));
+    add("achieved_gflops", absl::StrFormat("%.1f", gflops));
+    add("fwd_bwd_gflops",
+        absl::StrFormat("%.1f", flops / Median(fwd_bwd_s) / 1e9));
+    if (peak > 0) add("fraction_of_matmul_peak", absl::StrFormat("%.3f", gflops / peak));
+  }
+
+  if (o.compare_torch && o.steps > 0) {
+    const ModelConfig c{static_cast<int>(spec.model().layers()),
+                        static_cast<int>(spec.model().d_model()),
+                        static_cast<int>(spec.model().heads()),
+                        static_cast<int>(spec.model().context())};
+    const std::string torch =
+        RunTorch(o, c, static_cast<int>(spec.training().batch()), o.data);
+    if (torch.empty()) return 1;
+    const double torch_tps = JsonNumber(torch, "tokens_per_s");
+    const double torch_rss = JsonNumber(torch, "peak_rss_bytes");
+    add("torch", torch);
+    add("speedup_vs_torch", absl::StrFormat("%.3f", ours_tps / torch_tps));
+    add("rss_ratio_vs_torch", absl::StrFormat("%.3f", ours_rss / torch_rss));
+  }
+  json += "}";
+  std::printf("%s\n", json.c_str());
+  return 0;
+}
+
+}  // namespace
+
+GASLOC_BENCH_COMMAND(train, "trainer step throughput (vs PyTorch, vs matmul peak)",
+                     RunTrainBench);
+
+}  // namespace gasloc::bench

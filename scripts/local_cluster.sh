@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# Local cluster launcher: starts a coordinator and N workers on this machine
+# (free ports, logs in one folder), starts a job on a corpus, shows its
+# progress until it ends, prints the final validation bits per byte and a
+# generated text sample, and stops everything it started.
+#
+#   scripts/local_cluster.sh [options] [CORPUS]
+#     --workers N        workers to start (default 2)
+#     --algorithm A      gasloc | diloco | local-sgd | dpsgd | data-parallel
+#     --rounds R         outer rounds (default 12)
+#     --local-steps H    inner steps per round (default 25)
+#     --build DIR        build folder (default build/release)
+#     --run-dir DIR      where logs, state and checkpoints go
+#                        (default runs/local-<timestamp>)
+#   CORPUS: a text file or a folder of them (default /usr/share/common-licenses)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+workers=2
+algorithm=gasloc
+rounds=12
+local_steps=25
+build=build/release
+run_dir=""
+corpus=/usr/share/common-licenses
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --workers) workers="$2"; shift 2 ;;
+    --algorithm) algorithm="$2"; shift 2 ;;
+    --rounds) rounds="$2"; shift 2 ;;
+    --local-steps) local_steps="$2"; shift 2 ;;
+    --build) build="$2"; shift 2 ;;
+    --run-dir) run_dir="$2"; shift 2 ;;
+    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -*) echo "local_cluster: unknown option $1" >&2; exit 2 ;;
+    *) corpus="$1"; shift ;;
+  esac
+done
+case "$algorithm" in
+  gasloc) algo_enum=ALGORITHM_GASLOC ;;
+  diloco) algo_enum=ALGORITHM_DILOCO ;;
+  local-sgd) algo_enum=ALGORITHM_LOCAL_SGD ;;
+  dpsgd) algo_enum=ALGORITHM_DPSGD ;;
+  data-parallel) algo_enum=ALGORITHM_DATA_PARALLEL ;;
+  *) echo "local_cluster: unknown algorithm '$algorithm'" >&2; exit 2 ;;
+esac
+if [ ! -e "$corpus" ]; then
+  echo "local_cluster: corpus $corpus does not exist" >&2; exit 2
+fi
+corpus="$(realpath "$corpus")"
+bin="$build/server"
+for b in gasloc-coordinator gasloc-worker gaslocctl gasloc-train; do
+  [ -x "$bin/$b" ] || { echo "local_cluster: $bin/$b missing (build first)" >&2; exit 2; }
+done
+run_dir="${run_dir:-runs/local-$(date +%Y%m%d-%H%M%S)}"
+mkdir -p "$run_dir"
+run_dir="$(realpath "$run_dir")"
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do
+    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$pid" 2>/dev/null || true
+  done
+}
+trap cleanup EXIT INT TERM
+
+# wait_port FILE: prints the port once FILE has "listening on port N".
+wait_port() {
+  for _ in $(seq 300); do
+    if grep -q "listening on port" "$1" 2>/dev/null; then
+      grep -m1 -o "listening on port [0-9]*" "$1" | awk '{print $4}'
+      return 0
+    fi
+    sleep 0.1
+  done
+  echo "local_cluster: no port in $1" >&2; return 1
+}
+
+"$bin/gasloc-coordinator" --listen=127.0.0.1:0 \
+  --db="$run_dir/coordinator.sqlite" \
+  > "$run_dir/coordinator.out" 2> "$run_dir/coordinator.log" &
+pids+=($!)
+port=$(wait_port "$run_dir/coordinator.out")
+coordinator="127.0.0.1:$port"
+echo "local_cluster: coordinator on $coordinator, logs in $run_dir"
+
+# Share the cores: one compute thread per worker, at least one.
+threads=$(( $(nproc) / workers )); [ "$threads" -ge 1 ] || threads=1
+for i in $(seq 1 "$workers"); do
+  mkdir -p "$run_dir/worker$i"
+  OMP_WAIT_POLICY=PASSIVE "$bin/gasloc-worker" --coordinator="$coordinator" \
+    --listen=127.0.0.1:0 --threads="$threads" --data_dir="$run_dir/worker$i" \
+    > "$run_dir/worker$i.out" 2> "$run_dir/worker$i.log" &
+  pids+=($!)
+done
+for i in $(seq 1 "$workers"); do wait_port "$run_dir/worker$i.out" > /dev/null; done
+echo "local_cluster: $workers workers up ($threads thread(s) each)"
+
+cat > "$run_dir/job.json" <<JSON
+{
+  "name": "local-$algorithm",
+  "model": {"layers": 2, "dModel": 128, "heads": 4, "context": 128},
+  "training": {"batch": 8, "adamw": {"lr": 0.002, "warmupSteps": 20}},
+  "data": {"corpusPath": "$corpus", "evalWindows": 32, "evalIntervalRounds": 3},
+  "outer": {"algorithm": "$algo_enum", "localSteps": $local_steps},
+  "exchange": {"deadlineMs": 20000},
+  "checkpoint": {"directory": "$run_dir/checkpoints", "intervalRounds": 3},
+  "stop": {"maxRounds": "$rounds"},
+  "minWorkers": $workers
+}
+JSON
+ctl=("$bin/gaslocctl" --coordinator="$coordinator")
+job_id=$("${ctl[@]}" --output=json job start "$run_dir/job.json" |
+  /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["jobId"])')
+echo "local_cluster: job $job_id started ($algorithm, $rounds rounds of $local_steps steps)"
+"${ctl[@]}" job watch "$job_id"
+
+status_json=$("${ctl[@]}" --output=json job get "$job_id")
+echo "$status_json" > "$run_dir/job-status.json"
+/usr/bin/python3 - "$run_dir/job-status.json" <<'PY'
+import json, sys
+job = json.load(open(sys.argv[1]))
+print(f"local_cluster: job {job['jobId']} {job.get('state', '?')}: "
+      f"{job.get('roundsCompleted', 0)} rounds, {job.get('tokens', 0)} tokens, "
+      f"final validation bpb {job.get('valBpb', float('nan')):.4f}")
+PY
+checkpoint=$(ls -t "$run_dir"/checkpoints/*.ckpt 2>/dev/null | head -1 || true)
+if [ -n "$checkpoint" ]; then
+  echo "local_cluster: sample from $checkpoint:"
+  "$bin/gasloc-train" generate --checkpoint="$checkpoint" \
+    --prompt="The " --length=200 --temperature=0.8 --top_k=40
+  echo
+fi

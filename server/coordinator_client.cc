@@ -1,0 +1,100 @@
+#include "server/coordinator_client.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "grpcpp/create_channel.h"
+
+namespace gasloc {
+namespace {
+
+constexpr absl::Duration kCallTimeout = absl::Seconds(10);
+
+void SetDeadline(grpc::ClientContext* context, absl::Duration timeout) {
+  context->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+}
+
+}  // namespace
+
+absl::Status FromGrpc(const grpc::Status& status) {
+  if (status.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                      status.error_message());
+}
+
+absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Create(
+    const std::string& address, const CredentialsOptions& credentials) {
+  ASSIGN_OR_RETURN(auto channel_credentials,
+                   MakeChannelCredentials(credentials));
+  return std::unique_ptr<CoordinatorClient>(
+      new CoordinatorClient(grpc::CreateChannel(address, channel_credentials)));
+}
+
+CoordinatorClient::CoordinatorClient(std::shared_ptr<grpc::Channel> channel)
+    : channel_(std::move(channel)),
+      stub_(v1::Coordinator::NewStub(channel_)) {}
+
+absl::StatusOr<v1::RegisterWorkerResponse> CoordinatorClient::Register(
+    const v1::WorkerInfo& info) {
+  grpc::ClientContext context;
+  SetDeadline(&context, kCallTimeout);
+  v1::RegisterWorkerRequest request;
+  *request.mutable_info() = info;
+  v1::RegisterWorkerResponse response;
+  RETURN_IF_ERROR(FromGrpc(stub_->RegisterWorker(&context, request, &response)));
+  return response;
+}
+
+absl::StatusOr<v1::HeartbeatResponse> CoordinatorClient::Heartbeat(
+    const v1::HeartbeatRequest& request) {
+  grpc::ClientContext context;
+  SetDeadline(&context, kCallTimeout);
+  v1::HeartbeatResponse response;
+  RETURN_IF_ERROR(FromGrpc(stub_->Heartbeat(&context, request, &response)));
+  return response;
+}
+
+absl::Status CoordinatorClient::Leave(uint64_t worker_id,
+                                      const std::string& reason) {
+  grpc::ClientContext context;
+  SetDeadline(&context, absl::Seconds(3));
+  v1::LeaveWorkerRequest request;
+  request.set_worker_id(worker_id);
+  request.set_reason(reason);
+  v1::LeaveWorkerResponse response;
+  return FromGrpc(stub_->LeaveWorker(&context, request, &response));
+}
+
+absl::StatusOr<v1::Assignment> CoordinatorClient::GetAssignment(
+    const v1::GetAssignmentRequest& request) {
+  grpc::ClientContext context;
+  SetDeadline(&context, absl::Milliseconds(request.wait_ms()) + kCallTimeout);
+  {
+    absl::MutexLock lock(&mu_);
+    if (cancelled_) return absl::CancelledError("worker is shutting down");
+    waits_.insert(&context);
+  }
+  v1::Assignment response;
+  grpc::Status status = stub_->GetAssignment(&context, request, &response);
+  {
+    absl::MutexLock lock(&mu_);
+    waits_.erase(&context);
+  }
+  RETURN_IF_ERROR(FromGrpc(status));
+  return response;
+}
+
+absl::Status CoordinatorClient::ReportRound(
+    const v1::ReportRoundRequest& request) {
+  grpc::ClientContext context;
+  SetDeadline(&context, kCallTimeout);
+  v1::ReportRoundResponse response;
+  return FromGrpc(stub_->ReportRound(&context, request, &response));
+}
+
+void CoordinatorClient::CancelWaits() {
+  absl::MutexLock lock(&mu_);
+  cancelled_ = true;
+  for (grpc::ClientContext* context : waits_) context->TryCancel();
+}
+
+}  // namespace gasloc

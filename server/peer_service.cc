@@ -1,0 +1,132 @@
+#include "server/peer_service.h"
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "worker/exchange/wire_codec.h"
+
+namespace gasloc {
+
+namespace peer_internal {
+
+grpc::Status ToGrpcStatus(const absl::Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
+                      std::string(status.message()));
+}
+
+absl::Status FromGrpcStatus(const grpc::Status& status) {
+  if (status.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                      status.error_message());
+}
+
+}  // namespace peer_internal
+
+using peer_internal::ToGrpcStatus;
+
+PeerService::PeerService(Mailbox* mailbox, PeerServiceOptions options)
+    : mailbox_(mailbox), options_(std::move(options)) {}
+
+void PeerService::SetModelProvider(ModelProvider provider) {
+  absl::MutexLock lock(&mu_);
+  model_provider_ = std::move(provider);
+}
+
+void PeerService::SetRoundReporter(RoundReporter reporter) {
+  absl::MutexLock lock(&mu_);
+  round_reporter_ = std::move(reporter);
+}
+
+grpc::Status PeerService::Exchange(
+    grpc::ServerContext* context,
+    grpc::ServerReaderWriter<v1::ExchangeChunk, v1::ExchangeChunk>* stream) {
+  // The dialer's deadline bounds how long an early chunk may wait.
+  const absl::Time deadline = absl::FromChrono(context->deadline());
+  std::unique_ptr<Mailbox::InboundStream> inbound = mailbox_->OpenStream();
+  v1::ExchangeChunk chunk;
+  uint64_t chunks = 0;
+  while (stream->Read(&chunk)) {
+    ++chunks;
+    absl::Status status = inbound->Accept(chunk, deadline);
+    if (!status.ok()) {
+      inbound->End(status);
+      return ToGrpcStatus(status);
+    }
+    if (inbound->committed()) {
+      inbound->End();
+      v1::ExchangeChunk ack;
+      v1::ChunkHeader* h = ack.mutable_header();
+      const TransferKey& key = inbound->key();
+      h->set_job_id(key.job_id);
+      h->set_round(key.round);
+      h->set_phase(key.phase);
+      h->set_step(key.step);
+      h->set_sender_id(mailbox_->self_id());
+      h->set_range_begin(chunk.header().range_begin());
+      h->set_range_end(chunk.header().range_end());
+      h->set_offset(chunk.header().range_end());
+      h->set_encoding(chunk.header().encoding());
+      h->set_arena_elements(chunk.header().arena_elements());
+      ack.set_last(true);
+      stream->Write(ack);
+      return grpc::Status::OK;
+    }
+  }
+  // The stream ended (half-close, cancellation or a broken connection:
+  // gRPC does not tell these apart) before the last chunk.
+  const absl::Status cut = absl::UnavailableError(absl::StrCat(
+      "stream ended after ", chunks, " chunks without the last one"));
+  inbound->End();
+  return ToGrpcStatus(cut);
+}
+
+grpc::Status PeerService::FetchModel(
+    grpc::ServerContext* context, const v1::FetchModelRequest* request,
+    grpc::ServerWriter<v1::ExchangeChunk>* writer) {
+  ModelProvider provider;
+  {
+    absl::MutexLock lock(&mu_);
+    provider = model_provider_;
+  }
+  if (!provider)
+    return ToGrpcStatus(absl::FailedPreconditionError(absl::StrCat(
+        "worker ", mailbox_->self_id(), " serves no model (idle)")));
+  uint32_t chunk_bytes = request->chunk_bytes() == 0
+                             ? options_.default_fetch_chunk_bytes
+                             : request->chunk_bytes();
+  if (chunk_bytes > options_.max_fetch_chunk_bytes)
+    return ToGrpcStatus(absl::InvalidArgumentError(
+        absl::StrCat("chunk_bytes ", chunk_bytes, " exceeds the limit ",
+                     options_.max_fetch_chunk_bytes)));
+  absl::StatusOr<ModelSnapshot> snapshot = provider(request->job_id());
+  if (!snapshot.ok()) return ToGrpcStatus(snapshot.status());
+  if (snapshot->job_id != request->job_id())
+    return ToGrpcStatus(absl::FailedPreconditionError(
+        absl::StrCat("worker ", mailbox_->self_id(), " holds job ",
+                     snapshot->job_id, ", not job ", request->job_id())));
+  return ToGrpcStatus(ModelChunks(
+      *snapshot, mailbox_->self_id(), request->encoding(), chunk_bytes,
+      [&](const v1::ExchangeChunk& chunk) { return writer->Write(chunk); }));
+}
+
+grpc::Status PeerService::Ping(grpc::ServerContext* context,
+                               const v1::PingRequest* request,
+                               v1::PingResponse* response) {
+  response->set_worker_id(mailbox_->self_id());
+  RoundReporter reporter;
+  {
+    absl::MutexLock lock(&mu_);
+    reporter = round_reporter_;
+  }
+  if (reporter) {
+    const auto [job, round] = reporter();
+    response->set_job_id(job);
+    response->set_round(round);
+  }
+  return grpc::Status::OK;
+}
+
+}  // namespace gasloc

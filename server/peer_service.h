@@ -1,0 +1,84 @@
+// The gRPC Peer service (proto/gasloc/v1/peer.proto) every gasloc-worker
+// serves; wire protocol in docs/exchange.md.
+//
+//   Exchange    one transfer per stream: the dialer streams its chunks; the
+//               service feeds them to the worker's Mailbox (which checks
+//               and decodes them into the registered scratch buffer) and,
+//               once the transfer committed, writes one chunk whose header
+//               echoes the key (sender = this worker, last = true) as the
+//               acknowledgement. A rejected chunk ends the RPC with the
+//               Mailbox's status (INVALID_ARGUMENT, FAILED_PRECONDITION,
+//               DEADLINE_EXCEEDED); a stream that ends without the last
+//               chunk fails the transfer (UNAVAILABLE).
+//   FetchModel  streams the snapshot the installed ModelProvider returns:
+//               MODEL chunks, then OUTER_STATE chunks.
+//   Ping        this worker's id and the (job, round) it reports.
+//
+// Thread safety: gRPC calls the handlers concurrently; the providers may
+// be (re)installed at any time from any thread.
+#ifndef GASLOC_SERVER_PEER_SERVICE_H_
+#define GASLOC_SERVER_PEER_SERVICE_H_
+
+#include <cstdint>
+#include <functional>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "gasloc/v1/peer.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+#include "worker/exchange/mailbox.h"
+#include "worker/exchange/model_fetch.h"
+
+namespace gasloc {
+
+// absl <-> gRPC status (the codes are numerically the same).
+namespace peer_internal {
+grpc::Status ToGrpcStatus(const absl::Status& status);
+absl::Status FromGrpcStatus(const grpc::Status& status);
+}  // namespace peer_internal
+
+// (job_id, round) the worker is in, for Ping; (0, 0) when idle.
+using RoundReporter = std::function<std::pair<uint64_t, uint64_t>()>;
+
+struct PeerServiceOptions {
+  // Payload bytes per FetchModel chunk when the request says 0, and the
+  // most a request may ask for (keep it under the clients' receive limit).
+  uint32_t default_fetch_chunk_bytes = 1u << 20;
+  uint32_t max_fetch_chunk_bytes = 3u << 20;
+};
+
+class PeerService final : public v1::Peer::Service {
+ public:
+  // `mailbox` (not owned) is the local worker's; it must outlive the
+  // service. Its self_id is this worker's id.
+  PeerService(Mailbox* mailbox, PeerServiceOptions options = {});
+
+  // Without a provider FetchModel answers FAILED_PRECONDITION.
+  void SetModelProvider(ModelProvider provider);
+  void SetRoundReporter(RoundReporter reporter);
+
+  grpc::Status Exchange(
+      grpc::ServerContext* context,
+      grpc::ServerReaderWriter<v1::ExchangeChunk, v1::ExchangeChunk>* stream)
+      override;
+  grpc::Status FetchModel(grpc::ServerContext* context,
+                          const v1::FetchModelRequest* request,
+                          grpc::ServerWriter<v1::ExchangeChunk>* writer)
+      override;
+  grpc::Status Ping(grpc::ServerContext* context,
+                    const v1::PingRequest* request,
+                    v1::PingResponse* response) override;
+
+ private:
+  Mailbox* const mailbox_;
+  const PeerServiceOptions options_;
+  absl::Mutex mu_;
+  ModelProvider model_provider_ ABSL_GUARDED_BY(mu_);
+  RoundReporter round_reporter_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace gasloc
+
+#endif  // GASLOC_SERVER_PEER_SERVICE_H_

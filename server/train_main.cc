@@ -1,0 +1,279 @@
+// gasloc-train: trains one model in a single process (no coordinator, no
+// gRPC), evaluates it, checkpoints it, resumes it, and generates text from
+// a checkpoint. docs/training.md describes the commands.
+//
+//   gasloc-train train --data=CORPUS --steps=N [--preset=S] [--checkpoint=F]
+//   gasloc-train train --resume=F --steps=N ...
+//   gasloc-train generate --checkpoint=F --prompt="ROMEO:"
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/flags_setup.h"
+#include "common/job_spec.h"
+#include "common/status_macros.h"
+#include "worker/train/trainer.h"
+
+ABSL_FLAG(std::string, data, "/usr/share/common-licenses",
+          "Corpus: a file, or a directory whose files are concatenated.");
+ABSL_FLAG(std::string, preset, "S",
+          "Model and batch preset: S (4 layers, d 256, 4 heads, ctx 256, "
+          "batch 16), M (6, 384, 6, 256, 16), D24 (24, 256, 8, 256, 8), or "
+          "TINY (2, 64, 2, 64, 8).");
+ABSL_FLAG(int, layers, 0, "Transformer blocks (0 = the preset's).");
+ABSL_FLAG(int, d_model, 0, "Residual width (0 = the preset's).");
+ABSL_FLAG(int, heads, 0, "Attention heads (0 = the preset's).");
+ABSL_FLAG(int, context, 0, "Context length in bytes (0 = the preset's).");
+ABSL_FLAG(int, batch, 0, "Sequences per step (0 = the preset's).");
+ABSL_FLAG(int, threads, 2, "Compute threads (0 = all cores).");
+ABSL_FLAG(std::string, precision, "fp32", "fp32 or bf16.");
+ABSL_FLAG(int64_t, steps, 1000, "Train until this many optimizer steps.");
+ABSL_FLAG(double, lr, 1e-3, "Peak learning rate.");
+ABSL_FLAG(int64_t, warmup, 100, "Warmup steps.");
+ABSL_FLAG(uint64_t, seed, 1, "Seed of initialisation and data sampling.");
+ABSL_FLAG(double, train_fraction, 0.9,
+          "Fraction of the corpus (from the start) used for training.");
+ABSL_FLAG(int, eval_windows, 64, "Validation windows per evaluation.");
+ABSL_FLAG(int64_t, eval_every, 100, "Evaluate every N steps (0 = at the end only).");
+ABSL_FLAG(int64_t, log_every, 10, "Print a progress line every N steps.");
+ABSL_FLAG(std::string, checkpoint, "",
+          "train: checkpoint file to write (every --checkpoint_every steps "
+          "and at the end); generate: checkpoint to read.");
+ABSL_FLAG(int64_t, checkpoint_every, 0, "Checkpoint every N steps (0 = at the end only).");
+ABSL_FLAG(std::string, resume, "", "Resume training from this checkpoint.");
+ABSL_FLAG(std::string, prompt, "\n", "generate: the prompt.");
+ABSL_FLAG(int, length, 300, "generate: bytes to generate.");
+ABSL_FLAG(double, temperature, 0.8, "generate: sampling temperature (0 = greedy).");
+ABSL_FLAG(int, top_k, 40, "generate: sample among the k most likely bytes (0 = all).");
+
+namespace gasloc {
+namespace {
+
+struct TrainMainOptions {
+  std::string data, preset, precision, checkpoint, resume, prompt;
+  int layers = 0, d_model = 0, heads = 0, context = 0, batch = 0, threads = 2;
+  int eval_windows = 64, length = 300, top_k = 40;
+  int64_t steps = 0, warmup = 0, eval_every = 0, log_every = 10,
+          checkpoint_every = 0;
+  double lr = 1e-3, train_fraction = 0.9, temperature = 0.8;
+  uint64_t seed = 1;
+};
+
+TrainMainOptions OptionsFromFlags() {
+  TrainMainOptions o;
+  o.data = absl::GetFlag(FLAGS_data);
+  o.preset = absl::GetFlag(FLAGS_preset);
+  o.precision = absl::GetFlag(FLAGS_precision);
+  o.checkpoint = absl::GetFlag(FLAGS_checkpoint);
+  o.resume = absl::GetFlag(FLAGS_resume);
+  o.prompt = absl::GetFlag(FLAGS_prompt);
+  o.layers = absl::GetFlag(FLAGS_layers);
+  o.d_model = absl::GetFlag(FLAGS_d_model);
+  o.heads = absl::GetFlag(FLAGS_heads);
+  o.context = absl::GetFlag(FLAGS_context);
+  o.batch = absl::GetFlag(FLAGS_batch);
+  o.threads = absl::GetFlag(FLAGS_threads);
+  o.eval_windows = absl::GetFlag(FLAGS_eval_windows);
+  o.length = absl::GetFlag(FLAGS_length);
+  o.top_k = absl::GetFlag(FLAGS_top_k);
+  o.steps = absl::GetFlag(FLAGS_steps);
+  o.warmup = absl::GetFlag(FLAGS_warmup);
+  o.eval_every = absl::GetFlag(FLAGS_eval_every);
+  o.log_every = absl::GetFlag(FLAGS_log_every);
+  o.checkpoint_every = absl::GetFlag(FLAGS_checkpoint_every);
+  o.lr = absl::GetFlag(FLAGS_lr);
+  o.train_fraction = absl::GetFlag(FLAGS_train_fraction);
+  o.temperature = absl::GetFlag(FLAGS_temperature);
+  o.seed = absl::GetFlag(FLAGS_seed);
+  return o;
+}
+
+absl::StatusOr<v1::Precision> ParsePrecision(const std::string& name) {
+  if (name == "fp32") return v1::PRECISION_FP32;
+  if (name == "bf16") return v1::PRECISION_BF16;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--precision must be fp32 or bf16, got \"", name, "\""));
+}
+
+absl::StatusOr<v1::JobSpec> SpecFromOptions(const TrainMainOptions& o) {
+  struct Preset {
+    const char* name;
+    int layers, d_model, heads, context, batch;
+  };
+  static constexpr Preset kPresets[] = {{"S", 4, 256, 4, 256, 16},
+                                        {"M", 6, 384, 6, 256, 16},
+                                        {"D24", 24, 256, 8, 256, 8},
+                                        {"TINY", 2, 64, 2, 64, 8}};
+  const Preset* preset = nullptr;
+  for (const Preset& p : kPresets) {
+    if (o.preset == p.name) preset = &p;
+  }
+  if (preset == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--preset must be S, M, D24 or TINY, got \"", o.preset, "\""));
+  }
+  if (o.steps < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--steps must be >= 1, got ", o.steps));
+  }
+  if (o.warmup < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--warmup must be >= 0, got ", o.warmup));
+  }
+  v1::JobSpec spec;
+  spec.set_name("gasloc-train");
+  auto* model = spec.mutable_model();
+  model->set_layers(o.layers > 0 ? o.layers : preset->layers);
+  model->set_d_model(o.d_model > 0 ? o.d_model : preset->d_model);
+  model->set_heads(o.heads > 0 ? o.heads : preset->heads);
+  model->set_context(o.context > 0 ? o.context : preset->context);
+  auto* training = spec.mutable_training();
+  training->set_batch(o.batch > 0 ? o.batch : preset->batch);
+  training->set_threads(o.threads);
+  ASSIGN_OR_RETURN(v1::Precision precision, ParsePrecision(o.precision));
+  training->set_precision(precision);
+  training->set_seed(o.seed);
+  training->mutable_adamw()->set_lr(static_cast<float>(o.lr));
+  training->mutable_adamw()->set_warmup_steps(static_cast<uint32_t>(o.warmup));
+  training->mutable_adamw()->set_decay_steps(static_cast<uint64_t>(o.steps));
+  spec.mutable_data()->set_corpus_path(o.data);
+  spec.mutable_data()->set_train_fraction(static_cast<float>(o.train_fraction));
+  spec.mutable_data()->set_eval_windows(o.eval_windows);
+  spec.mutable_stop()->set_max_rounds(static_cast<uint64_t>(o.steps));
+  spec.mutable_outer()->set_local_steps(1);
+  return ApplyJobSpecDefaults(spec);
+}
+
+absl::Status Evaluate(Trainer& trainer) {
+  ASSIGN_OR_RETURN(double bpb, trainer.EvaluateBpb());
+  std::printf("eval step %llu val_bpb %.4f\n",
+              static_cast<unsigned long long>(trainer.step()), bpb);
+  std::fflush(stdout);
+  return absl::OkStatus();
+}
+
+absl::Status Checkpoint(Trainer& trainer, const std::string& path) {
+  CheckpointExtras extras;
+  extras.values["gasloc-train.data"] = trainer.spec().data().corpus_path();
+  RETURN_IF_ERROR(trainer.SaveCheckpoint(path, extras));
+  std::printf("checkpoint step %llu -> %s\n",
+              static_cast<unsigned long long>(trainer.step()), path.c_str());
+  std::fflush(stdout);
+  return absl::OkStatus();
+}
+
+absl::Status Train(const TrainMainOptions& o) {
+  ASSIGN_OR_RETURN(v1::JobSpec spec, SpecFromOptions(o));
+  TrainerOptions options;
+  options.spec = spec;
+  options.threads = o.threads;
+  ASSIGN_OR_RETURN(auto trainer, Trainer::Create(options));
+  if (!o.resume.empty()) {
+    RETURN_IF_ERROR(trainer->LoadCheckpoint(o.resume).status());
+    std::printf("resumed from %s at step %llu\n", o.resume.c_str(),
+                static_cast<unsigned long long>(trainer->step()));
+  }
+  const ModelConfig& c = trainer->config();
+  std::printf(
+      "model layers %d d_model %d heads %d context %d params %zu | batch %d "
+      "precision %s threads %d | corpus %s (%zu train / %zu validation bytes)\n",
+      c.layers, c.d_model, c.heads, c.context,
+      trainer->params().layout().parameter_count(), trainer->batch(),
+      o.precision.c_str(), trainer->threads(), o.data.c_str(),
+      trainer->corpus().train().size(), trainer->corpus().validation().size());
+  std::fflush(stdout);
+  const uint64_t steps = static_cast<uint64_t>(o.steps);
+  double window_loss = 0, window_seconds = 0;
+  int64_t window_tokens = 0, window_steps = 0;
+  while (trainer->step() < steps) {
+    ASSIGN_OR_RETURN(StepStats s, trainer->Step());
+    window_loss += s.loss;
+    window_seconds += s.seconds;
+    window_tokens += s.tokens;
+    ++window_steps;
+    const uint64_t step = trainer->step();
+    if (o.log_every > 0 && (step % o.log_every == 0 || step == steps)) {
+      std::printf(
+          "step %llu/%llu loss %.4f lr %.3e grad_norm %.3f ms/step %.1f "
+          "tok/s %.0f\n",
+          static_cast<unsigned long long>(step),
+          static_cast<unsigned long long>(steps), window_loss / window_steps,
+          s.lr, s.grad_norm, 1e3 * window_seconds / window_steps,
+          window_tokens / window_seconds);
+      std::fflush(stdout);
+      window_loss = window_seconds = 0;
+      window_tokens = window_steps = 0;
+    }
+    if (o.eval_every > 0 && step % o.eval_every == 0 && step != steps) {
+      RETURN_IF_ERROR(Evaluate(*trainer));
+    }
+    if (!o.checkpoint.empty() && o.checkpoint_every > 0 &&
+        step % o.checkpoint_every == 0 && step != steps) {
+      RETURN_IF_ERROR(Checkpoint(*trainer, o.checkpoint));
+    }
+  }
+  RETURN_IF_ERROR(Evaluate(*trainer));
+  if (!o.checkpoint.empty()) RETURN_IF_ERROR(Checkpoint(*trainer, o.checkpoint));
+  return absl::OkStatus();
+}
+
+absl::Status Generate(const TrainMainOptions& o) {
+  if (o.checkpoint.empty()) {
+    return absl::InvalidArgumentError("generate needs --checkpoint=FILE");
+  }
+  ASSIGN_OR_RETURN(ModelConfig config, ReadCheckpointConfig(o.checkpoint));
+  ModelOptions model_options;
+  model_options.threads = o.threads;
+  ASSIGN_OR_RETURN(v1::Precision precision, ParsePrecision(o.precision));
+  model_options.precision = precision;
+  model_options.max_batch = 1;
+  ASSIGN_OR_RETURN(auto model, Model::Create(config, model_options));
+  ASSIGN_OR_RETURN(auto state, ReadCheckpoint(o.checkpoint, model->layout()));
+  GenerateOptions options;
+  options.max_new_bytes = o.length;
+  options.temperature = static_cast<float>(o.temperature);
+  options.top_k = o.top_k;
+  options.seed = o.seed;
+  ASSIGN_OR_RETURN(std::string text,
+                   GenerateText(model.get(), state->params, o.prompt, options));
+  std::printf("%s%s\n", o.prompt.c_str(), text.c_str());
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace gasloc
+
+int main(int argc, char** argv) {
+  // OpenMP threads sleep between parallel regions unless the user chose
+  // otherwise: spinning threads stall badly on shared cores
+  // (docs/training.md, "Threads").
+  ::setenv("OMP_WAIT_POLICY", "PASSIVE", /*overwrite=*/0);
+  const std::vector<std::string> args = gasloc::ParseFlagsOrExit(
+      argc, argv,
+      "gasloc-train: trains a byte-level transformer in one process.\n\n"
+      "Usage:\n"
+      "  gasloc-train train [--data=CORPUS] [--preset=S] [--steps=N] "
+      "[--checkpoint=FILE [--checkpoint_every=K]] [--resume=FILE]\n"
+      "  gasloc-train generate --checkpoint=FILE [--prompt=TEXT] "
+      "[--length=N] [--temperature=T] [--top_k=K]");
+  if (args.size() != 2 || (args[1] != "train" && args[1] != "generate")) {
+    std::fprintf(stderr,
+                 "gasloc-train: expected one command, train or generate "
+                 "(see --help)\n");
+    return 2;
+  }
+  const gasloc::TrainMainOptions options = gasloc::OptionsFromFlags();
+  const absl::Status status = args[1] == "train" ? gasloc::Train(options)
+                                                 : gasloc::Generate(options);
+  if (!status.ok()) {
+    std::fprintf(stderr, "gasloc-train %s: %s\n", args[1].c_str(),
+                 status.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,362 @@
+#include "server/worker_daemon.h"
+
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "common/job_spec.h"
+#include "common/log.h"
+#include "common/status_macros.h"
+
+namespace gasloc {
+
+struct WorkerDaemon::Job {
+  uint64_t job_id = 0;
+  v1::JobSpec spec;
+  std::unique_ptr<InnerTrainer> trainer;
+  std::unique_ptr<RoundRunner> runner;
+  int64_t last_round = -1;  // last round completed (reported)
+};
+
+WorkerDaemon::WorkerDaemon(WorkerDaemonOptions options,
+                           CoordinatorClient* coordinator,
+                           PeerTransport* transport,
+                           TrainerFactory trainer_factory,
+                           ModelFetcher model_fetcher)
+    : options_(std::move(options)),
+      coordinator_(coordinator),
+      transport_(transport),
+      trainer_factory_(std::move(trainer_factory)),
+      model_fetcher_(std::move(model_fetcher)) {}
+
+WorkerDaemon::~WorkerDaemon() {
+  Shutdown("daemon destroyed");
+  if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+}
+
+absl::StatusOr<uint64_t> WorkerDaemon::Register() {
+  while (!stopping_) {
+    auto response = coordinator_->Register(options_.info);
+    if (response.ok()) {
+      if (identity_listener_) identity_listener_(response->worker_id());
+      worker_id_ = response->worker_id();
+      GASLOC_LOG(INFO) << "registered as worker " << worker_id_.load()
+                       << " (lease " << response->lease_ms() << " ms), peers "
+                       << "dial " << options_.info.address();
+      return worker_id_.load();
+    }
+    if (response.status().code() != absl::StatusCode::kUnavailable &&
+        response.status().code() != absl::StatusCode::kDeadlineExceeded)
+      return Annotate(response.status(), "RegisterWorker");
+    GASLOC_LOG(WARNING) << "coordinator unavailable, retrying registration: "
+                        << response.status();
+    absl::SleepFor(options_.retry_backoff);
+  }
+  return absl::CancelledError("shutting down before registration");
+}
+
+void WorkerDaemon::Shutdown(const std::string& reason) {
+  if (stopping_.exchange(true)) return;
+  GASLOC_LOG(INFO) << "shutting down: " << reason;
+  {
+    absl::MutexLock lock(&mu_);
+    if (runner_for_cancel_ != nullptr) runner_for_cancel_->Cancel();
+  }
+  coordinator_->CancelWaits();
+  stopped_.Notify();
+}
+
+void WorkerDaemon::SetProgress(const RoundProgress& progress) {
+  absl::MutexLock lock(&mu_);
+  if (progress.activity == v1::WORKER_ACTIVITY_EXCHANGING &&
+      progress_.activity() != v1::WORKER_ACTIVITY_EXCHANGING) {
+    GASLOC_LOG(INFO) << "job " << progress_.job_id() << " round "
+                     << progress.round << ": exchanging";
+  }
+  progress_.set_round(progress.round);
+  progress_.set_inner_step(progress.inner_step);
+  progress_.set_train_loss(progress.train_loss);
+  if (progress.steps_per_second > 0) {
+    progress_.set_steps_per_second(static_cast<float>(progress.steps_per_second));
+    progress_.set_tokens_per_second(
+        static_cast<float>(progress.tokens_per_second));
+  }
+  progress_.set_activity(progress.activity);
+}
+
+void WorkerDaemon::HeartbeatLoop() {
+  absl::Duration period = absl::Seconds(1);
+  while (!stopped_.WaitForNotificationWithTimeout(period)) {
+    v1::HeartbeatRequest request;
+    request.set_worker_id(worker_id_.load());
+    {
+      absl::MutexLock lock(&mu_);
+      *request.mutable_progress() = progress_;
+    }
+    auto response = coordinator_->Heartbeat(request);
+    if (!response.ok()) {
+      if (response.status().code() == absl::StatusCode::kNotFound) {
+        GASLOC_LOG(WARNING) << "coordinator no longer knows worker "
+                            << worker_id_.load() << " ("
+                            << response.status().message()
+                            << "); re-registering";
+        auto id = Register();
+        if (!id.ok()) GASLOC_LOG(ERROR) << "re-registration: " << id.status();
+      } else {
+        GASLOC_LOG(WARNING) << "heartbeat failed: " << response.status();
+      }
+      continue;
+    }
+    period = absl::Milliseconds(std::max<uint32_t>(200, response->lease_ms() / 3));
+    if (response->abandon_job()) {
+      absl::MutexLock lock(&mu_);
+      if (runner_for_cancel_ != nullptr) {
+        GASLOC_LOG(INFO) << "coordinator asked to abandon the current job";
+        abandon_requested_ = true;
+        runner_for_cancel_->Cancel();
+      }
+    }
+  }
+}
+
+std::string WorkerDaemon::CheckpointPath(const Job& job) const {
+  std::string dir = job.spec.checkpoint().directory();
+  if (dir.empty()) return "";
+  return absl::StrCat(dir, "/job", job.job_id, "-w", worker_id_.load(),
+                      ".ckpt");
+}
+
+absl::StatusOr<WorkerDaemon::Job*> WorkerDaemon::PrepareJob(
+    const v1::Assignment& assignment) {
+  if (job_ != nullptr && job_->job_id == assignment.job_id()) return job_.get();
+  if (job_ != nullptr) DropJob("a new job was assigned");
+  RETURN_IF_ERROR(Annotate(ValidateJobSpec(assignment.spec()),
+                           absl::StrCat("job ", assignment.job_id())));
+  auto job = std::make_unique<Job>();
+  job->job_id = assignment.job_id();
+  job->spec = ApplyJobSpecDefaults(assignment.spec());
+  const int threads = job->spec.training().threads() > 0
+                          ? static_cast<int>(job->spec.training().threads())
+                          : options_.threads;
+  // Data rank among the epoch's members (the ring lists them all for the
+  // all-reduce algorithms; gossip jobs stride by the job's worker count).
+  const int members = assignment.ring_order_size() > 0
+                          ? assignment.ring_order_size()
+                          : static_cast<int>(std::max<uint32_t>(
+                                assignment.num_workers(), 1));
+  ASSIGN_OR_RETURN(job->trainer,
+                   trainer_factory_(job->spec, static_cast<int>(assignment.rank()),
+                                    members, threads));
+  RoundRunnerOptions runner_options;
+  runner_options.worker_id = worker_id_.load();
+  runner_options.job_id = job->job_id;
+  runner_options.spec = job->spec;
+  runner_options.on_progress = [this](const RoundProgress& p) { SetProgress(p); };
+  job->runner = std::make_unique<RoundRunner>(std::move(runner_options),
+                                              job->trainer.get(), transport_,
+                                              &RealClock::Get());
+  {
+    absl::MutexLock lock(&mu_);
+    progress_.Clear();
+    progress_.set_job_id(job->job_id);
+  }
+
+  // Resume from our own checkpoint of this job, else fetch the model from
+  // a member if the coordinator named one, else start from theta_0.
+  const std::string path = CheckpointPath(*job);
+  if (!path.empty() && std::filesystem::exists(path)) {
+    absl::Status loaded = job->runner->LoadCheckpoint(path);
+    if (loaded.ok()) {
+      GASLOC_LOG(INFO) << "job " << job->job_id << ": resumed from " << path
+                       << " at round " << job->runner->next_round();
+    } else {
+      GASLOC_LOG(WARNING) << "job " << job->job_id << ": ignoring checkpoint "
+                          << path << ": " << loaded;
+    }
+  } else if (assignment.has_model_source() &&
+             assignment.model_source().worker_id() != 0 && model_fetcher_) {
+    auto round = model_fetcher_(assignment.model_source(), job->job_id,
+                                worker_id_.load(),
+                                job->trainer->params().flat(),
+                                job->runner->previous_iterate().flat());
+    if (!round.ok())
+      return Annotate(round.status(),
+                      absl::StrCat("fetching the model of job ", job->job_id,
+                                   " from worker ",
+                                   assignment.model_source().worker_id()));
+    job->runner->set_next_round(*round);
+    GASLOC_LOG(INFO) << "job " << job->job_id << ": joined with the model of "
+                     << "worker " << assignment.model_source().worker_id()
+                     << " at round " << *round;
+  }
+  GASLOC_LOG(INFO) << "job " << job->job_id << " (" << job->spec.name()
+                   << "): " << v1::Algorithm_Name(job->spec.outer().algorithm())
+                   << ", rank " << assignment.rank() << ", " << threads
+                   << " thread(s)";
+  job_ = std::move(job);
+  return job_.get();
+}
+
+void WorkerDaemon::DropJob(const std::string& why) {
+  if (job_ == nullptr) return;
+  GASLOC_LOG(INFO) << "job " << job_->job_id << " dropped: " << why;
+  const std::string path = CheckpointPath(*job_);
+  if (!path.empty() && job_->last_round >= 0) {
+    absl::Status saved = job_->runner->SaveCheckpoint(path);
+    if (!saved.ok()) GASLOC_LOG(WARNING) << "final checkpoint: " << saved;
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    runner_for_cancel_ = nullptr;
+    progress_.Clear();
+    progress_.set_activity(v1::WORKER_ACTIVITY_IDLE);
+  }
+  job_.reset();
+}
+
+absl::Status WorkerDaemon::RunAssignment(const v1::Assignment& assignment) {
+  absl::MutexLock job_lock(&job_mu_);
+  ASSIGN_OR_RETURN(Job * job, PrepareJob(assignment));
+  {
+    absl::MutexLock lock(&mu_);
+    runner_for_cancel_ = job->runner.get();
+    abandon_requested_ = false;
+  }
+  GASLOC_LOG(INFO) << "job " << job->job_id << " round " << assignment.round()
+                   << " (epoch " << assignment.epoch() << "): H="
+                   << assignment.local_steps() << " ("
+                   << assignment.budget_reason() << "), "
+                   << assignment.peers_size() << " peer(s), "
+                   << assignment.ring_order_size() << " in ring";
+  auto report = job->runner->RunRound(assignment);
+  if (!report.ok()) {
+    bool abandoned;
+    {
+      absl::MutexLock lock(&mu_);
+      abandoned = abandon_requested_;
+    }
+    if (abandoned) {
+      DropJob("stopped by the coordinator");
+      return absl::OkStatus();
+    }
+    return report.status();
+  }
+  job->last_round = static_cast<int64_t>(assignment.round());
+  const uint32_t interval = job->spec.checkpoint().interval_rounds();
+  const std::string path = CheckpointPath(*job);
+  if (!path.empty() && interval > 0 && (assignment.round() + 1) % interval == 0) {
+    SetProgress({assignment.round(), assignment.local_steps(),
+                 report->train_loss(), 0, 0,
+                 v1::WORKER_ACTIVITY_CHECKPOINTING});
+    const absl::Time start = absl::Now();
+    std::filesystem::create_directories(job->spec.checkpoint().directory());
+    absl::Status saved = job->runner->SaveCheckpoint(path);
+    if (saved.ok()) {
+      GASLOC_LOG(INFO) << "job " << job->job_id << ": checkpoint " << path
+                       << " written in " << absl::Now() - start;
+    } else {
+      GASLOC_LOG(WARNING) << "job " << job->job_id << ": checkpoint failed: "
+                          << saved;
+    }
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    progress_.set_total_inner_steps(progress_.total_inner_steps() +
+                                    report->inner_steps());
+    progress_.set_tokens(progress_.tokens() + report->tokens());
+    if (report->val_bpb() > 0) progress_.set_val_bpb(report->val_bpb());
+    if (report->exchange_seconds() > 0 && report->bytes_sent() > 0)
+      progress_.set_link_bytes_per_second(static_cast<float>(
+          report->bytes_sent() / report->exchange_seconds()));
+  }
+  GASLOC_LOG(INFO) << "job " << job->job_id << " round " << assignment.round()
+                   << " done: loss " << report->train_loss() << ", val bpb "
+                   << report->val_bpb() << ", exchange "
+                   << report->exchange_seconds() << " s, peer distance "
+                   << report->peer_distance() << ", "
+                   << report->failed_peers_size() << " failed peer(s)";
+  absl::Status reported = coordinator_->ReportRound(*report);
+  if (!reported.ok())
+    GASLOC_LOG(WARNING) << "ReportRound failed (continuing): " << reported;
+  return absl::OkStatus();
+}
+
+absl::Status WorkerDaemon::Run() {
+  if (worker_id_.load() == 0) {
+    ASSIGN_OR_RETURN(uint64_t id, Register());
+    (void)id;
+  }
+  heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
+  uint64_t job_id = 0;
+  int64_t after_round = -1;
+  while (!stopping_) {
+    v1::GetAssignmentRequest request;
+    request.set_worker_id(worker_id_.load());
+    request.set_job_id(job_id);
+    request.set_after_round(after_round);
+    request.set_wait_ms(static_cast<uint32_t>(
+        absl::ToInt64Milliseconds(options_.assignment_wait)));
+    auto assignment = coordinator_->GetAssignment(request);
+    if (stopping_) break;
+    if (!assignment.ok()) {
+      GASLOC_LOG(WARNING) << "GetAssignment: " << assignment.status();
+      absl::SleepFor(options_.retry_backoff);
+      continue;
+    }
+    switch (assignment->kind()) {
+      case v1::ASSIGNMENT_KIND_ROUND: {
+        absl::Status ran = RunAssignment(*assignment);
+        if (stopping_) break;
+        if (!ran.ok()) {
+          GASLOC_LOG(ERROR) << "job " << assignment->job_id() << " round "
+                            << assignment->round() << " failed: " << ran;
+          absl::SleepFor(options_.retry_backoff);
+        }
+        job_id = assignment->job_id();
+        after_round = static_cast<int64_t>(assignment->round());
+        break;
+      }
+      case v1::ASSIGNMENT_KIND_STOP: {
+        absl::MutexLock job_lock(&job_mu_);
+        DropJob(absl::StrCat("job ", assignment->job_id(), " ended: ",
+                             assignment->message()));
+        job_id = 0;
+        after_round = -1;
+        break;
+      }
+      default:
+        break;  // NONE: nothing new within wait_ms; ask again.
+    }
+  }
+  {
+    absl::MutexLock job_lock(&job_mu_);
+    DropJob("worker shutting down");
+  }
+  absl::Status left = coordinator_->Leave(worker_id_.load(), "shutdown");
+  if (!left.ok()) GASLOC_LOG(WARNING) << "LeaveWorker: " << left;
+  if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ModelSnapshot> WorkerDaemon::SnapshotModel(uint64_t job_id) {
+  absl::MutexLock job_lock(&job_mu_);
+  if (job_ == nullptr || job_->job_id != job_id)
+    return absl::FailedPreconditionError(absl::StrCat(
+        "worker ", worker_id_.load(), " holds no model of job ", job_id));
+  struct Copy {
+    std::vector<float> params, outer;
+  };
+  auto copy = std::make_shared<Copy>();
+  const auto params = job_->trainer->params().flat();
+  const auto outer = job_->runner->previous_iterate().flat();
+  copy->params.assign(params.begin(), params.end());
+  copy->outer.assign(outer.begin(), outer.end());
+  ModelSnapshot snapshot;
+  snapshot.job_id = job_id;
+  snapshot.round = job_->runner->next_round();
+  snapshot.params = copy->params;
+  snapshot.outer_state = copy->outer;
+  snapshot.keep_alive = copy;
+  return snapshot;
+}
+
+}  // namespace gasloc

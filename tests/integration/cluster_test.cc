@@ -1,0 +1,321 @@
+// End to end on loopback with real processes: a gasloc-coordinator and
+// three gasloc-worker daemons train a tiny model for a few rounds with each
+// algorithm; validation loss drops; gossip pulls the workers together;
+// DiLoCo leaves them bit-identical; a peer killed with SIGKILL makes its
+// partner time out within the deadline and carry on.
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "gasloc/v1/coordinator.grpc.pb.h"
+#include "gmock/gmock.h"
+#include "grpcpp/create_channel.h"
+#include "gtest/gtest.h"
+#include "tests/support/subprocess.h"
+#include "worker/model/model.h"
+#include "worker/train/checkpoint.h"
+
+namespace gasloc::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string Corpus() {
+  return absl::StrCat(GASLOC_SOURCE_DIR, "/../shared/data/tinyshakespeare.txt");
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Every "round R done: loss L, val bpb B" a worker logged, in order.
+std::vector<double> LoggedValBpb(const std::string& log) {
+  std::vector<double> values;
+  static const std::regex kLine(R"(done: loss [-0-9.e+]+, val bpb ([0-9.e+-]+))");
+  for (auto it = std::sregex_iterator(log.begin(), log.end(), kLine);
+       it != std::sregex_iterator(); ++it) {
+    const double v = std::stod((*it)[1]);
+    if (v > 0) values.push_back(v);
+  }
+  return values;
+}
+
+// Every "peer distance D" a worker logged (before averaging), in order.
+std::vector<double> LoggedPeerDistance(const std::string& log) {
+  std::vector<double> values;
+  static const std::regex kLine(R"(peer distance ([0-9.e+-]+))");
+  for (auto it = std::sregex_iterator(log.begin(), log.end(), kLine);
+       it != std::sregex_iterator(); ++it) {
+    const double v = std::stod((*it)[1]);
+    if (v > 0) values.push_back(v);
+  }
+  return values;
+}
+
+class Cluster {
+ public:
+  explicit Cluster(const std::string& name)
+      : dir_(absl::StrCat(::testing::TempDir(), "/cluster-", name, "-",
+                          getpid())) {
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+
+  void StartCoordinator() {
+    auto child = Subprocess::Start(
+        {BinaryPath("gasloc-coordinator"), "--listen=127.0.0.1:0",
+         absl::StrCat("--db=", dir_, "/coordinator.sqlite"), "--lease_ms=3000"},
+        absl::StrCat(dir_, "/coordinator.log"));
+    ASSERT_TRUE(child.ok()) << child.status();
+    auto port = child->WaitForPort(absl::Seconds(20));
+    ASSERT_TRUE(port.ok()) << port.status();
+    address_ = absl::StrCat("127.0.0.1:", *port);
+    coordinator_ = std::make_unique<Subprocess>(std::move(*child));
+    stub_ = v1::Coordinator::NewStub(
+        grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()));
+  }
+
+  void StartWorkers(int n) {
+    for (int i = 0; i < n; ++i) {
+      const std::string log = absl::StrCat(dir_, "/worker", workers_.size(), ".log");
+      auto child = Subprocess::Start(
+          {BinaryPath("gasloc-worker"), absl::StrCat("--coordinator=", address_),
+           "--listen=127.0.0.1:0", "--threads=1",
+           absl::StrCat("--data_dir=", dir_)},
+          log);
+      ASSERT_TRUE(child.ok()) << child.status();
+      ASSERT_TRUE(child->WaitForPort(absl::Seconds(20)).ok());
+      workers_.push_back(std::make_unique<Subprocess>(std::move(*child)));
+      logs_.push_back(log);
+    }
+  }
+
+  v1::JobSpec TinySpec(v1::Algorithm algorithm, int rounds, int workers) {
+    v1::JobSpec spec;
+    spec.set_name("e2e");
+    auto* m = spec.mutable_model();
+    m->set_layers(1);
+    m->set_d_model(32);
+    m->set_heads(2);
+    m->set_context(32);
+    spec.mutable_training()->set_batch(8);
+    spec.mutable_training()->set_threads(1);
+    spec.mutable_training()->mutable_adamw()->set_lr(3e-3f);
+    spec.mutable_training()->mutable_adamw()->set_warmup_steps(5);
+    spec.mutable_data()->set_corpus_path(Corpus());
+    spec.mutable_data()->set_eval_windows(16);
+    spec.mutable_data()->set_eval_interval_rounds(1);
+    spec.mutable_outer()->set_algorithm(algorithm);
+    spec.mutable_outer()->set_local_steps(8);
+    spec.mutable_exchange()->set_deadline_ms(5000);
+    spec.mutable_exchange()->set_chunk_bytes(16384);
+    spec.mutable_checkpoint()->set_directory(absl::StrCat(dir_, "/ckpt"));
+    spec.mutable_checkpoint()->set_interval_rounds(1);
+    spec.mutable_stop()->set_max_rounds(rounds);
+    spec.set_min_workers(workers);
+    return spec;
+  }
+
+  uint64_t StartJob(const v1::JobSpec& spec) {
+    grpc::ClientContext context;
+    v1::StartJobRequest request;
+    *request.mutable_spec() = spec;
+    v1::StartJobResponse response;
+    grpc::Status status = stub_->StartJob(&context, request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return status.ok() ? response.job().job_id() : 0;
+  }
+
+  v1::JobStatus WaitForJobEnd(uint64_t job_id, absl::Duration timeout) {
+    if (job_id == 0) return {};
+    const absl::Time deadline = absl::Now() + timeout;
+    v1::JobStatus job;
+    while (absl::Now() < deadline) {
+      grpc::ClientContext context;
+      v1::GetJobRequest request;
+      request.set_job_id(job_id);
+      v1::GetJobResponse response;
+      if (stub_->GetJob(&context, request, &response).ok()) {
+        job = response.job();
+        if (job.state() == v1::JOB_STATE_FINISHED ||
+            job.state() == v1::JOB_STATE_FAILED ||
+            job.state() == v1::JOB_STATE_STOPPED)
+          return job;
+      }
+      absl::SleepFor(absl::Milliseconds(200));
+    }
+    ADD_FAILURE() << "job " << job_id << " did not end in time; last state "
+                  << v1::JobState_Name(job.state()) << ", logs in " << dir_;
+    return job;
+  }
+
+  // The final parameters each worker checkpointed.
+  void CheckpointedParams(std::vector<std::vector<float>>* out) {
+    auto& params = *out;
+    for (const auto& entry : fs::directory_iterator(absl::StrCat(dir_, "/ckpt"))) {
+      auto config = ReadCheckpointConfig(entry.path().string());
+      ASSERT_TRUE(config.ok()) << entry.path() << ": " << config.status();
+      auto state =
+          ReadCheckpoint(entry.path().string(), MakeModelLayout(*config));
+      ASSERT_TRUE(state.ok()) << entry.path() << ": " << state.status();
+      const auto flat = (*state)->params.flat();
+      params.emplace_back(flat.begin(), flat.end());
+    }
+  }
+
+  std::string WorkerLog(int i) const { return ReadFile(logs_[i]); }
+  Subprocess& worker(int i) { return *workers_[i]; }
+  const std::string& dir() const { return dir_; }
+
+  void StopAll() {
+    for (auto& w : workers_) w->Signal(SIGTERM);
+    for (auto& w : workers_) {
+      auto status = w->Wait(absl::Seconds(20));
+      if (status.ok() && WIFSIGNALED(*status) && WTERMSIG(*status) == SIGKILL)
+        continue;  // killed on purpose by the test
+      if (status.ok()) {
+        EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0)
+            << "worker exited with status " << *status << "; logs in " << dir_;
+      }
+    }
+    coordinator_->Signal(SIGTERM);
+    (void)coordinator_->Wait(absl::Seconds(10));
+  }
+
+ private:
+  std::string dir_;
+  std::string address_;
+  std::unique_ptr<Subprocess> coordinator_;
+  std::vector<std::unique_ptr<Subprocess>> workers_;
+  std::vector<std::string> logs_;
+  std::unique_ptr<v1::Coordinator::Stub> stub_;
+};
+
+double MaxPairwiseDistance(const std::vector<std::vector<float>>& params) {
+  double worst = 0;
+  for (size_t i = 0; i < params.size(); ++i)
+    for (size_t j = i + 1; j < params.size(); ++j) {
+      double sum = 0;
+      for (size_t k = 0; k < params[i].size(); ++k) {
+        const double d = params[i][k] - params[j][k];
+        sum += d * d;
+      }
+      worst = std::max(worst, std::sqrt(sum));
+    }
+  return worst;
+}
+
+class AlgorithmTest : public ::testing::TestWithParam<v1::Algorithm> {};
+
+TEST_P(AlgorithmTest, ThreeWorkersTrainAndLossDrops) {
+  const v1::Algorithm algorithm = GetParam();
+  Cluster cluster(v1::Algorithm_Name(algorithm));
+  ASSERT_NO_FATAL_FAILURE(cluster.StartCoordinator());
+  ASSERT_NO_FATAL_FAILURE(cluster.StartWorkers(3));
+  const bool one_step = algorithm == v1::ALGORITHM_DPSGD ||
+                        algorithm == v1::ALGORITHM_DATA_PARALLEL;
+  const int rounds = one_step ? 24 : 4;
+  const uint64_t job = cluster.StartJob(cluster.TinySpec(algorithm, rounds, 3));
+  const v1::JobStatus status = cluster.WaitForJobEnd(job, absl::Seconds(150));
+  EXPECT_EQ(status.state(), v1::JOB_STATE_FINISHED) << status.message();
+  EXPECT_GE(status.rounds_completed(), static_cast<uint64_t>(rounds));
+  cluster.StopAll();
+
+  for (int i = 0; i < 3; ++i) {
+    const std::vector<double> bpb = LoggedValBpb(cluster.WorkerLog(i));
+    ASSERT_GE(bpb.size(), 2u) << "worker " << i << " log:\n" << cluster.WorkerLog(i);
+    // A uniform byte model has 8 bits per byte; training must beat it and
+    // keep improving from the first evaluation to the last.
+    EXPECT_LT(bpb.back(), bpb.front()) << "worker " << i;
+    EXPECT_LT(bpb.back(), 7.0) << "worker " << i;
+  }
+  std::vector<std::vector<float>> params;
+  ASSERT_NO_FATAL_FAILURE(cluster.CheckpointedParams(&params));
+  ASSERT_EQ(params.size(), 3u);
+  const double spread = MaxPairwiseDistance(params);
+  if (algorithm == v1::ALGORITHM_DILOCO || algorithm == v1::ALGORITHM_LOCAL_SGD ||
+      algorithm == v1::ALGORITHM_DATA_PARALLEL) {
+    EXPECT_EQ(spread, 0.0) << "all-reduce workers must stay bit-identical";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Algorithms, AlgorithmTest,
+    ::testing::Values(v1::ALGORITHM_GASLOC, v1::ALGORITHM_DILOCO,
+                      v1::ALGORITHM_LOCAL_SGD, v1::ALGORITHM_DPSGD,
+                      v1::ALGORITHM_DATA_PARALLEL),
+    [](const auto& info) { return v1::Algorithm_Name(info.param); });
+
+// Gossip with gamma = 0 and eta = 1 between two workers (always paired) is
+// exact pairwise averaging: the workers' parameters, apart by the logged
+// peer distance before each exchange, coincide after it.
+TEST(ClusterTest, GossipPairCollapsesTheDistance) {
+  Cluster cluster("gossip-pair");
+  ASSERT_NO_FATAL_FAILURE(cluster.StartCoordinator());
+  ASSERT_NO_FATAL_FAILURE(cluster.StartWorkers(2));
+  v1::JobSpec spec = cluster.TinySpec(v1::ALGORITHM_GASLOC, 3, 2);
+  spec.mutable_outer()->set_gamma(0.0f);
+  spec.mutable_outer()->set_eta(1.0f);
+  spec.mutable_outer()->set_budget_policy(v1::BUDGET_POLICY_UNIFORM);
+  const uint64_t job = cluster.StartJob(spec);
+  const v1::JobStatus status = cluster.WaitForJobEnd(job, absl::Seconds(120));
+  EXPECT_EQ(status.state(), v1::JOB_STATE_FINISHED) << status.message();
+  cluster.StopAll();
+  const std::vector<double> before = LoggedPeerDistance(cluster.WorkerLog(0));
+  ASSERT_FALSE(before.empty()) << cluster.WorkerLog(0);
+  std::vector<std::vector<float>> params;
+  ASSERT_NO_FATAL_FAILURE(cluster.CheckpointedParams(&params));
+  ASSERT_EQ(params.size(), 2u);
+  const double after = MaxPairwiseDistance(params);
+  EXPECT_GT(before.back(), 1e-3);
+  EXPECT_LT(after, 1e-4 * before.back())
+      << "distance before the last exchange " << before.back() << ", after "
+      << after;
+}
+
+// A peer killed with SIGKILL around its exchange: the partner times out
+// within 2x the exchange deadline, reports the peer, and finishes the job.
+TEST(ClusterTest, KilledPeerMakesItsPartnerTimeOutAndContinue) {
+  Cluster cluster("kill");
+  ASSERT_NO_FATAL_FAILURE(cluster.StartCoordinator());
+  ASSERT_NO_FATAL_FAILURE(cluster.StartWorkers(2));
+  v1::JobSpec spec = cluster.TinySpec(v1::ALGORITHM_GASLOC, 5, 2);
+  const uint32_t deadline_ms = 2500;
+  spec.mutable_exchange()->set_deadline_ms(deadline_ms);
+  spec.mutable_outer()->set_budget_policy(v1::BUDGET_POLICY_UNIFORM);
+  const uint64_t job = cluster.StartJob(spec);
+
+  // Kill worker 1 as soon as it starts exchanging in round 1.
+  const absl::Time give_up = absl::Now() + absl::Seconds(60);
+  while (cluster.WorkerLog(1).find("round 1: exchanging") == std::string::npos) {
+    ASSERT_LT(absl::Now(), give_up) << cluster.WorkerLog(1);
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  cluster.worker(1).Signal(SIGKILL);
+  const v1::JobStatus status = cluster.WaitForJobEnd(job, absl::Seconds(120));
+  EXPECT_EQ(status.state(), v1::JOB_STATE_FINISHED) << status.message();
+  cluster.StopAll();
+
+  const std::string log = cluster.WorkerLog(0);
+  static const std::regex kFailed(
+      R"(round ([0-9]+) done: .*exchange ([0-9.e+-]+) s, .*([1-9]) failed peer)");
+  std::smatch match;
+  ASSERT_TRUE(std::regex_search(log, match, kFailed))
+      << "worker 0 never reported its dead peer:\n" << log;
+  const double exchange_seconds = std::stod(match[2]);
+  EXPECT_LE(exchange_seconds, 2.0 * deadline_ms / 1000.0)
+      << "deadline not respected";
+  EXPECT_NE(log.find("round 4 done"), std::string::npos)
+      << "worker 0 did not carry on to the last round:\n" << log;
+}
+
+}  // namespace
+}  // namespace gasloc::testing

@@ -1,0 +1,107 @@
+// FetchModel's payload without a network: a snapshot turned into chunks
+// and reassembled, and the assembler refusing out-of-order, incomplete or
+// inconsistent streams.
+#include "worker/exchange/model_fetch.h"
+
+#include <limits>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace gasloc {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::vector<v1::ExchangeChunk> Encode(const std::vector<float>& params,
+                                      const std::vector<float>& outer,
+                                      v1::WireEncoding encoding) {
+  ModelSnapshot snapshot;
+  snapshot.job_id = 6;
+  snapshot.round = 40;
+  snapshot.params = params;
+  snapshot.outer_state = outer;
+  std::vector<v1::ExchangeChunk> chunks;
+  EXPECT_TRUE(ModelChunks(snapshot, /*sender_id=*/5, encoding, 1024,
+                          [&](const v1::ExchangeChunk& c) {
+                            chunks.push_back(c);
+                            return true;
+                          })
+                  .ok());
+  return chunks;
+}
+
+std::vector<float> Values(size_t n, float base) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = base + 0.5f * static_cast<float>(i);
+  return v;
+}
+
+TEST(ModelFetch, RoundTripsParamsAndOuterState) {
+  const auto params = Values(1000, 1), outer = Values(1000, -3);
+  auto chunks = Encode(params, outer, v1::WIRE_ENCODING_FP32);
+  ASSERT_EQ(chunks.size(), 8u);  // 4 + 4 chunks of 256 elements
+  ModelAssembler assembler(6, 9);
+  for (const auto& c : chunks) ASSERT_TRUE(assembler.Add(c).ok());
+  auto model = assembler.Finish();
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ(model->round, 40u);
+  EXPECT_EQ(model->sender_id, 5u);
+  EXPECT_EQ(model->params, params);
+  EXPECT_EQ(model->outer_state, outer);
+}
+
+TEST(ModelFetch, EmptyOuterStateIsOneEmptyLastChunk) {
+  const auto params = Values(300, 1);
+  auto chunks = Encode(params, {}, v1::WIRE_ENCODING_BF16);
+  ASSERT_EQ(chunks.size(), 2u);
+  ModelAssembler assembler(6, 9);
+  for (const auto& c : chunks) ASSERT_TRUE(assembler.Add(c).ok());
+  auto model = assembler.Finish();
+  ASSERT_TRUE(model.ok());
+  EXPECT_TRUE(model->outer_state.empty());
+  EXPECT_EQ(model->params.size(), 300u);
+}
+
+TEST(ModelFetch, RejectsBadStreams) {
+  const auto params = Values(1000, 1), outer = Values(1000, -3);
+  auto chunks = Encode(params, outer, v1::WIRE_ENCODING_FP32);
+  {
+    ModelAssembler assembler(6, 9);
+    ASSERT_TRUE(assembler.Add(chunks[0]).ok());
+    EXPECT_THAT(assembler.Add(chunks[2]).message(), HasSubstr("in order"));
+  }
+  {
+    ModelAssembler assembler(7, 9);  // asked for another job
+    EXPECT_EQ(assembler.Add(chunks[0]).code(),
+              absl::StatusCode::kFailedPrecondition);
+  }
+  {
+    ModelAssembler assembler(6, 9, /*max_elements=*/999);
+    EXPECT_EQ(assembler.Add(chunks[0]).code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+  {
+    ModelAssembler assembler(6, 9);
+    EXPECT_EQ(assembler.Add(chunks[4]).code(),  // OUTER_STATE first
+              absl::StatusCode::kInvalidArgument);
+  }
+  {
+    ModelAssembler assembler(6, 9);
+    for (int i = 0; i < 5; ++i) ASSERT_TRUE(assembler.Add(chunks[i]).ok());
+    EXPECT_EQ(assembler.Finish().status().code(),
+              absl::StatusCode::kUnavailable);
+  }
+  {
+    ModelAssembler assembler(6, 9);
+    auto nan = chunks;
+    auto p = params;
+    p[3] = std::numeric_limits<float>::infinity();
+    nan = Encode(p, outer, v1::WIRE_ENCODING_FP32);
+    EXPECT_THAT(assembler.Add(nan[0]).message(), HasSubstr("not finite"));
+  }
+}
+
+}  // namespace
+}  // namespace gasloc

@@ -1,0 +1,122 @@
+#include "worker/round/outer_optimizer.h"
+
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace gasloc {
+namespace {
+
+using Vec = std::vector<float>;
+
+Vec RandomVec(std::mt19937& rng, size_t n, float scale) {
+  std::normal_distribution<float> dist(0.0f, scale);
+  Vec v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+TEST(OuterOptimizer, OnePeerHalfAlphaIsExactPairwiseAveraging) {
+  const Vec y1 = {1, 2, 3}, y2 = {3, 6, -1};
+  Vec prev1 = y1, theta1(3);
+  GossipNeighbor n2{y2, 1.0f};
+  GossipOuterStep(y1, {&n2, 1}, 0.5f, 0.0f, prev1, theta1);
+  EXPECT_EQ(theta1, (Vec{2, 4, 1}));
+  EXPECT_EQ(prev1, y1);
+}
+
+TEST(OuterOptimizer, NoPeerKeepsMomentumOnly) {
+  const Vec y = {1, 1}, prev_in = {0, 2};
+  Vec prev = prev_in, theta(2);
+  GossipOuterStep(y, {}, 0.5f, 0.5f, prev, theta);
+  EXPECT_EQ(theta, (Vec{1.5f, 0.5f}));  // y + 0.5 (y - y_prev)
+}
+
+TEST(OuterOptimizer, NesterovMatchesTheFormula) {
+  const Vec theta = {1, -1}, g = {0.5f, 0.25f};
+  Vec v = {0.1f, 0.2f}, next(2);
+  NesterovOuterStep(theta, g, 0.7f, 0.9f, v, next);
+  for (int i = 0; i < 2; ++i) {
+    const float vi = 0.9f * (i == 0 ? 0.1f : 0.2f) + g[i];
+    EXPECT_FLOAT_EQ(v[i], vi);
+    EXPECT_FLOAT_EQ(next[i], theta[i] + 0.7f * (g[i] + 0.9f * vi));
+  }
+}
+
+// algorithms.md section 3: GASLoC on the complete graph with full averaging
+// (alpha * lambda = 1/n), eta = lr, gamma = mu, y_{-1} = theta_0 gives the
+// DiLoCo theta sequence. The recursion u_t - mu u_{t-1} = lr((1+mu) gbar_t -
+// mu gbar_{t-1}) is about the workers' AVERAGE: each GASLoC worker also
+// carries gamma (y_i - y_prev_i), whose mean over workers is the shared term.
+// So (a) the mean of the GASLoC workers equals DiLoCo's theta for any
+// pseudo-gradients, and (b) when every worker's pseudo-gradient is the same,
+// every worker equals it. docs/outer_algorithms.md states this.
+class CompleteGraphIdentity : public ::testing::TestWithParam<bool> {};
+
+TEST_P(CompleteGraphIdentity, GasLocEqualsDiLoCoOverRounds) {
+  const bool same_gradients = GetParam();
+  const int n = 4, dim = 257, rounds = 8;
+  const float lr = 0.7f, mu = 0.9f;
+  std::mt19937 rng(11);
+  const Vec theta0 = RandomVec(rng, dim, 1.0f);
+
+  // DiLoCo state.
+  Vec diloco = theta0, momentum(dim, 0.0f);
+  // GASLoC state per worker.
+  std::vector<Vec> theta(n, theta0), y_prev(n, theta0), y(n, Vec(dim));
+
+  for (int t = 0; t < rounds; ++t) {
+    // Pseudo-gradients g_i (the inner phase's drift), given.
+    std::vector<Vec> g(n);
+    const Vec shared = RandomVec(rng, dim, 0.1f);
+    for (int i = 0; i < n; ++i) g[i] = same_gradients ? shared : RandomVec(rng, dim, 0.1f);
+
+    // DiLoCo: gbar = mean g; Nesterov.
+    Vec gbar(dim, 0.0f);
+    for (int i = 0; i < n; ++i)
+      for (int k = 0; k < dim; ++k) gbar[k] += g[i][k];
+    for (float& x : gbar) x /= n;
+    NesterovOuterStep(diloco, gbar, lr, mu, momentum, diloco);
+
+    // GASLoC: y_i = theta_i + eta g_i (theta_local = theta_i + g_i).
+    for (int i = 0; i < n; ++i) {
+      Vec local(dim);
+      for (int k = 0; k < dim; ++k) local[k] = theta[i][k] + g[i][k];
+      PostLocalIterate(theta[i], local, lr, y[i]);
+    }
+    for (int i = 0; i < n; ++i) {
+      std::vector<GossipNeighbor> neighbors;
+      for (int j = 0; j < n; ++j)
+        if (j != i) neighbors.push_back({y[j], 1.0f});
+      GossipOuterStep(y[i], neighbors, 1.0f / n, mu, y_prev[i], theta[i]);
+    }
+
+    for (int k = 0; k < dim; ++k) {
+      double mean = 0;
+      for (int i = 0; i < n; ++i) mean += theta[i][k];
+      mean /= n;
+      const double tol = 1e-5 * (1.0 + std::abs(diloco[k]));
+      ASSERT_NEAR(mean, diloco[k], tol) << "round " << t << " element " << k;
+      if (same_gradients) {
+        for (int i = 0; i < n; ++i)
+          ASSERT_NEAR(theta[i][k], diloco[k], tol)
+              << "worker " << i << " round " << t << " element " << k;
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Gradients, CompleteGraphIdentity,
+                         ::testing::Values(false, true));
+
+TEST(OuterOptimizer, DistanceAndFiniteness) {
+  const Vec a = {0, 3}, b = {4, 0};
+  EXPECT_DOUBLE_EQ(L2Distance(a, b), 5.0);
+  EXPECT_TRUE(AllFinite(a));
+  const Vec bad = {1, std::nanf("")};
+  EXPECT_FALSE(AllFinite(bad));
+}
+
+}  // namespace
+}  // namespace gasloc

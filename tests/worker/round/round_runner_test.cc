@@ -1,0 +1,281 @@
+#include "worker/round/round_runner.h"
+
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "common/job_spec.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/worker/round/fake_trainer.h"
+#include "worker/exchange/in_process_transport.h"
+#include "worker/round/outer_optimizer.h"
+
+namespace gasloc {
+namespace {
+
+using testing::FakeLayout;
+using testing::FakeTrainer;
+
+constexpr uint64_t kJob = 42;
+
+v1::JobSpec Spec(v1::Algorithm algorithm, uint32_t deadline_ms = 5000) {
+  v1::JobSpec spec;
+  spec.set_name("round-test");
+  spec.mutable_data()->set_corpus_path("unused");
+  spec.mutable_data()->set_eval_interval_rounds(1);
+  spec.mutable_stop()->set_max_rounds(10);
+  spec.mutable_outer()->set_algorithm(algorithm);
+  spec.mutable_exchange()->set_chunk_bytes(4096);
+  spec.mutable_exchange()->set_deadline_ms(deadline_ms);
+  return ApplyJobSpecDefaults(spec);
+}
+
+// One simulated worker: fake trainer, in-process transport, runner.
+struct SimWorker {
+  SimWorker(InProcessNetwork& network, uint64_t id, const v1::JobSpec& spec,
+            float target)
+      : trainer(FakeLayout(), target),
+        transport(network.Join(id)),
+        runner({id, kJob, spec, {}}, &trainer, transport.get(),
+               &RealClock::Get()) {}
+  FakeTrainer trainer;
+  std::unique_ptr<InProcessTransport> transport;
+  RoundRunner runner;
+};
+
+v1::Assignment GossipAssignment(uint64_t round, uint64_t self,
+                                const std::vector<uint64_t>& peers,
+                                float alpha, uint32_t steps) {
+  v1::Assignment a;
+  a.set_kind(v1::ASSIGNMENT_KIND_ROUND);
+  a.set_job_id(kJob);
+  a.set_round(round);
+  a.set_local_steps(steps);
+  a.set_alpha(alpha);
+  for (uint64_t p : peers) {
+    auto* peer = a.add_peers();
+    peer->set_worker_id(p);
+    peer->set_address(InProcessNetwork::Address(p));
+    peer->set_weight(1.0f);
+  }
+  return a;
+}
+
+v1::Assignment RingAssignment(uint64_t round, int n, uint32_t steps) {
+  v1::Assignment a;
+  a.set_kind(v1::ASSIGNMENT_KIND_ROUND);
+  a.set_job_id(kJob);
+  a.set_round(round);
+  a.set_local_steps(steps);
+  for (int i = 1; i <= n; ++i) {
+    auto* member = a.add_ring_order();
+    member->set_worker_id(i);
+    member->set_address(InProcessNetwork::Address(i));
+  }
+  return a;
+}
+
+// Runs one round on every worker concurrently.
+std::vector<absl::StatusOr<v1::ReportRoundRequest>> RunAll(
+    std::vector<std::unique_ptr<SimWorker>>& workers,
+    const std::vector<v1::Assignment>& assignments) {
+  std::vector<absl::StatusOr<v1::ReportRoundRequest>> reports(
+      workers.size(), absl::UnknownError("not run"));
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < workers.size(); ++i)
+    threads.emplace_back(
+        [&, i] { reports[i] = workers[i]->runner.RunRound(assignments[i]); });
+  for (auto& t : threads) t.join();
+  return reports;
+}
+
+TEST(RoundRunner, GossipPairMovesTheWorkersTogether) {
+  InProcessNetwork network;
+  const v1::JobSpec spec = Spec(v1::ALGORITHM_GASLOC);
+  std::vector<std::unique_ptr<SimWorker>> w;
+  w.push_back(std::make_unique<SimWorker>(network, 1, spec, +1.0f));
+  w.push_back(std::make_unique<SimWorker>(network, 2, spec, -1.0f));
+  for (uint64_t round = 0; round < 3; ++round) {
+    auto reports = RunAll(w, {GossipAssignment(round, 1, {2}, 0.5f, 5),
+                              GossipAssignment(round, 2, {1}, 0.5f, 5)});
+    for (auto& r : reports) {
+      ASSERT_TRUE(r.ok()) << r.status();
+      EXPECT_EQ(r->failed_peers_size(), 0);
+      EXPECT_GT(r->bytes_sent(), 0u);
+      EXPECT_EQ(r->inner_steps(), 5u);
+    }
+    // Averaging removes the gap between the exchanged post-local iterates
+    // (the pull to +1 / -1); what remains is the momentum term. In round 0
+    // (y_prev = theta_0 on both) it is exactly gamma * ||y_1 - y_2||.
+    const double after = L2Distance(w[0]->trainer.params().flat(),
+                                    w[1]->trainer.params().flat());
+    EXPECT_GT(reports[0]->peer_distance(), 0.0f);
+    EXPECT_LT(after, reports[0]->peer_distance()) << "round " << round;
+    if (round == 0) {
+      EXPECT_NEAR(after, 0.9 * reports[0]->peer_distance(),
+                  1e-4 * reports[0]->peer_distance());
+    }
+    EXPECT_EQ(w[0]->runner.next_round(), round + 1);
+  }
+}
+
+TEST(RoundRunner, GossipWithoutMomentumAveragesExactly) {
+  InProcessNetwork network;
+  v1::JobSpec spec = Spec(v1::ALGORITHM_GASLOC);
+  spec.mutable_outer()->set_gamma(0.0f);
+  spec.mutable_outer()->set_eta(1.0f);
+  std::vector<std::unique_ptr<SimWorker>> w;
+  w.push_back(std::make_unique<SimWorker>(network, 1, spec, +1.0f));
+  w.push_back(std::make_unique<SimWorker>(network, 2, spec, -1.0f));
+  auto reports = RunAll(w, {GossipAssignment(0, 1, {2}, 0.5f, 3),
+                            GossipAssignment(0, 2, {1}, 0.5f, 3)});
+  ASSERT_TRUE(reports[0].ok() && reports[1].ok());
+  // Both hold (y_1 + y_2) / 2, up to float rounding of the two orders.
+  EXPECT_GT(reports[0]->peer_distance(), 1.0f);
+  EXPECT_LT(L2Distance(w[0]->trainer.params().flat(),
+                       w[1]->trainer.params().flat()),
+            1e-5);
+}
+
+TEST(RoundRunner, DiLoCoLeavesWorkersBitIdentical) {
+  InProcessNetwork network;
+  const v1::JobSpec spec = Spec(v1::ALGORITHM_DILOCO);
+  std::vector<std::unique_ptr<SimWorker>> w;
+  for (int i = 1; i <= 3; ++i)
+    w.push_back(std::make_unique<SimWorker>(network, i, spec, i * 0.5f));
+  for (uint64_t round = 0; round < 3; ++round) {
+    auto reports = RunAll(w, {RingAssignment(round, 3, 4),
+                              RingAssignment(round, 3, 4),
+                              RingAssignment(round, 3, 4)});
+    for (auto& r : reports) ASSERT_TRUE(r.ok()) << r.status();
+    for (int i = 1; i < 3; ++i)
+      ASSERT_EQ(0, std::memcmp(w[0]->trainer.params().data(),
+                               w[i]->trainer.params().data(),
+                               w[0]->trainer.params().size() * 4))
+          << "worker " << i + 1 << " differs after round " << round;
+  }
+}
+
+TEST(RoundRunner, DataParallelAveragesGradientsEveryStep) {
+  InProcessNetwork network;
+  const v1::JobSpec spec = Spec(v1::ALGORITHM_DATA_PARALLEL);
+  std::vector<std::unique_ptr<SimWorker>> w;
+  for (int i = 1; i <= 3; ++i)
+    w.push_back(std::make_unique<SimWorker>(network, i, spec, i * 1.0f));
+  for (uint64_t round = 0; round < 4; ++round) {
+    auto reports = RunAll(w, {RingAssignment(round, 3, 1),
+                              RingAssignment(round, 3, 1),
+                              RingAssignment(round, 3, 1)});
+    for (auto& r : reports) ASSERT_TRUE(r.ok()) << r.status();
+  }
+  for (int i = 1; i < 3; ++i)
+    EXPECT_EQ(0, std::memcmp(w[0]->trainer.params().data(),
+                             w[i]->trainer.params().data(),
+                             w[0]->trainer.params().size() * 4));
+  // The average gradient pulls toward the mean target (2.0).
+  EXPECT_GT(w[0]->trainer.params().data()[0], 0.3f);
+}
+
+TEST(RoundRunner, AbsentPeerIsDroppedWithinTheDeadline) {
+  InProcessNetwork network;
+  const v1::JobSpec spec = Spec(v1::ALGORITHM_GASLOC, /*deadline_ms=*/400);
+  FakeTrainer trainer(FakeLayout(), 1.0f);
+  auto transport = network.Join(1);
+  RoundRunner runner({1, kJob, spec, {}}, &trainer, transport.get(),
+                     &RealClock::Get());
+  const absl::Time start = absl::Now();
+  // Worker 2 never shows up.
+  auto report = runner.RunRound(GossipAssignment(0, 1, {2}, 0.5f, 2));
+  const absl::Duration took = absl::Now() - start;
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_THAT(report->failed_peers(), ::testing::ElementsAre(2u));
+  EXPECT_FALSE(report->failure_reason().empty());
+  EXPECT_LT(took, absl::Milliseconds(800)) << "deadline not respected (2x)";
+  EXPECT_TRUE(AllFinite(trainer.params().flat()));
+  EXPECT_EQ(runner.next_round(), 1u);
+}
+
+TEST(RoundRunner, CorruptedPeerDataNeverReachesTheModel) {
+  InProcessNetwork network;
+  v1::JobSpec spec = Spec(v1::ALGORITHM_GASLOC, 2000);
+  spec.mutable_outer()->set_gamma(0.0f);
+  std::vector<std::unique_ptr<SimWorker>> w;
+  w.push_back(std::make_unique<SimWorker>(network, 1, spec, +1.0f));
+  w.push_back(std::make_unique<SimWorker>(network, 2, spec, -1.0f));
+  network.AddFault(InProcessFault::CorruptChunk(2, 1, 0));
+  auto reports = RunAll(w, {GossipAssignment(0, 1, {2}, 0.5f, 2),
+                            GossipAssignment(0, 2, {1}, 0.5f, 2)});
+  ASSERT_TRUE(reports[0].ok() && reports[1].ok());
+  // Both ends drop the edge: each applies the no-peer update, so neither
+  // saw the other's state.
+  EXPECT_THAT(reports[0]->failed_peers(), ::testing::ElementsAre(2u));
+  EXPECT_THAT(reports[1]->failed_peers(), ::testing::ElementsAre(1u));
+  EXPECT_GT(w[0]->trainer.params().data()[0], 0.0f);
+  EXPECT_LT(w[1]->trainer.params().data()[0], 0.0f);
+}
+
+TEST(RoundRunner, NonFiniteLocalStateRestoresTheRoundStart) {
+  InProcessNetwork network;
+  const v1::JobSpec spec = Spec(v1::ALGORITHM_GASLOC, 300);
+  FakeTrainer trainer(FakeLayout(), 1.0f);
+  auto transport = network.Join(1);
+  RoundRunner runner({1, kJob, spec, {}}, &trainer, transport.get(),
+                     &RealClock::Get());
+  const FloatArena before = trainer.params();
+  trainer.PoisonNextStep();
+  auto report = runner.RunRound(GossipAssignment(0, 1, {}, 0.5f, 3));
+  EXPECT_EQ(report.status().code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(std::string(report.status().message()),
+              ::testing::HasSubstr("non-finite"));
+  EXPECT_EQ(0, std::memcmp(before.data(), trainer.params().data(),
+                           before.size() * 4));
+  EXPECT_EQ(runner.next_round(), 0u);
+}
+
+TEST(RoundRunner, CheckpointRestoresTheOuterStateExactly) {
+  InProcessNetwork network;
+  const v1::JobSpec spec = Spec(v1::ALGORITHM_GASLOC, 300);
+  FakeTrainer trainer(FakeLayout(), 1.0f);
+  auto transport = network.Join(1);
+  RoundRunner runner({1, kJob, spec, {}}, &trainer, transport.get(),
+                     &RealClock::Get());
+  for (uint64_t r = 0; r < 2; ++r)
+    ASSERT_TRUE(runner.RunRound(GossipAssignment(r, 1, {}, 0.5f, 3)).ok());
+  ASSERT_TRUE(runner.SaveCheckpoint("mem://ckpt").ok());
+  ASSERT_TRUE(runner.RunRound(GossipAssignment(2, 1, {}, 0.5f, 3)).ok());
+  const FloatArena uninterrupted = trainer.params();
+
+  // Resume in a fresh runner: the momentum buffer y_prev must come back,
+  // or round 2 would differ.
+  RoundRunner resumed({1, kJob, spec, {}}, &trainer, transport.get(),
+                      &RealClock::Get());
+  ASSERT_TRUE(resumed.LoadCheckpoint("mem://ckpt").ok());
+  EXPECT_EQ(resumed.next_round(), 2u);
+  ASSERT_TRUE(resumed.RunRound(GossipAssignment(2, 1, {}, 0.5f, 3)).ok());
+  EXPECT_EQ(0, std::memcmp(uninterrupted.data(), trainer.params().data(),
+                           uninterrupted.size() * 4));
+
+  RoundRunner other_job({1, kJob + 1, spec, {}}, &trainer, transport.get(),
+                        &RealClock::Get());
+  EXPECT_EQ(other_job.LoadCheckpoint("mem://ckpt").code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(RoundRunner, RejectsAssignmentsOfAnotherJob) {
+  InProcessNetwork network;
+  FakeTrainer trainer(FakeLayout(), 1.0f);
+  auto transport = network.Join(1);
+  RoundRunner runner({1, kJob, Spec(v1::ALGORITHM_GASLOC), {}}, &trainer,
+                     transport.get(), &RealClock::Get());
+  v1::Assignment other = GossipAssignment(0, 1, {}, 0.5f, 1);
+  other.set_job_id(kJob + 1);
+  EXPECT_EQ(runner.RunRound(other).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  other.set_kind(v1::ASSIGNMENT_KIND_STOP);
+  EXPECT_EQ(runner.RunRound(other).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace gasloc

@@ -1,0 +1,85 @@
+// FetchModel's payload, without the network: a member turns a snapshot of
+// its model (theta, then the outer state) into chunks (ModelChunks), and a
+// joining worker checks and reassembles them (ModelAssembler). Both halves
+// use the exchange chunk format: phase MODEL then OUTER_STATE, each over
+// the range [0, elements), in order, the last chunk of each flagged.
+//
+// Thread safety: ModelChunks is a pure function; a ModelAssembler is used
+// by one thread.
+#ifndef GASLOC_WORKER_EXCHANGE_MODEL_FETCH_H_
+#define GASLOC_WORKER_EXCHANGE_MODEL_FETCH_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "gasloc/v1/job.pb.h"
+#include "gasloc/v1/peer.pb.h"
+
+namespace gasloc {
+
+// What a member serves: its current parameters and outer state (the same
+// arena layout; outer_state may be empty when the algorithm keeps none).
+// The spans stay valid while `keep_alive` (if set) is held.
+struct ModelSnapshot {
+  uint64_t job_id = 0;
+  uint64_t round = 0;
+  std::span<const float> params;
+  std::span<const float> outer_state;
+  std::shared_ptr<const void> keep_alive;
+};
+
+// Installed by the worker daemon: the snapshot of `job_id`, or
+// FAILED_PRECONDITION if it holds no model of that job.
+using ModelProvider =
+    std::function<absl::StatusOr<ModelSnapshot>(uint64_t job_id)>;
+
+// Encodes `snapshot` as chunks and hands each to `write` (which returns
+// false to stop: the receiver went away; then CANCELLED is returned).
+absl::Status ModelChunks(
+    const ModelSnapshot& snapshot, uint64_t sender_id,
+    v1::WireEncoding encoding, uint32_t chunk_bytes,
+    const std::function<bool(const v1::ExchangeChunk&)>& write);
+
+struct FetchedModel {
+  uint64_t job_id = 0;
+  uint64_t round = 0;
+  uint64_t sender_id = 0;
+  std::vector<float> params;
+  std::vector<float> outer_state;
+};
+
+class ModelAssembler {
+ public:
+  // `max_elements` bounds the arena size a sender may announce.
+  ModelAssembler(uint64_t job_id, uint64_t requester_id,
+                 uint64_t max_elements = uint64_t{1} << 32);
+
+  // Checks one chunk (job, phase order, sender and round consistent with
+  // the first chunk, geometry, checksum, finite values, contiguous order)
+  // and stores it.
+  absl::Status Add(const v1::ExchangeChunk& chunk);
+  // The model, once both parts arrived complete; otherwise UNAVAILABLE
+  // naming what is missing.
+  absl::StatusOr<FetchedModel> Finish();
+
+ private:
+  absl::Status Start(const v1::ChunkHeader& h);
+
+  const uint64_t requester_id_;
+  const uint64_t max_elements_;
+  FetchedModel model_;
+  v1::ExchangePhase phase_ = v1::EXCHANGE_PHASE_UNSPECIFIED;  // current
+  bool started_ = false;
+  bool model_done_ = false;  // the MODEL part arrived complete
+  bool done_ = false;        // both parts arrived complete
+  uint64_t next_ = 0;  // next element of the current phase
+};
+
+}  // namespace gasloc
+
+#endif  // GASLOC_WORKER_EXCHANGE_MODEL_FETCH_H_

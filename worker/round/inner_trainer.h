@@ -1,0 +1,56 @@
+// What the round state machine needs from a trainer: one model replica with
+// its inner optimizer and data. The real implementation wraps the
+// single-process Trainer (worker/train/); tests use small fakes.
+//
+// Thread safety: used by one thread (the worker's round loop).
+#ifndef GASLOC_WORKER_ROUND_INNER_TRAINER_H_
+#define GASLOC_WORKER_ROUND_INNER_TRAINER_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/arena.h"
+
+namespace gasloc {
+
+struct InnerStepResult {
+  float loss = 0;        // training loss of the step, nats per byte
+  uint64_t tokens = 0;   // bytes of training input consumed
+};
+
+// Extra state stored in a checkpoint next to the trainer's own (the outer
+// optimizer's buffers and the round number).
+struct OuterCheckpointState {
+  std::map<std::string, std::vector<float>> buffers;
+  std::map<std::string, std::string> values;
+};
+
+class InnerTrainer {
+ public:
+  virtual ~InnerTrainer() = default;
+  // The live parameters (theta); the round machine reads and overwrites
+  // them between inner phases.
+  virtual FloatArena& params() = 0;
+  // One full inner step: gradients, clipping, AdamW.
+  virtual absl::StatusOr<InnerStepResult> Step() = 0;
+  // Data-parallel split of Step(): gradients only (left in grads()), then
+  // the optimizer update with whatever grads() holds.
+  virtual absl::StatusOr<InnerStepResult> ComputeGradients() = 0;
+  virtual FloatArena& grads() = 0;
+  virtual absl::Status ApplyGradients() = 0;
+  // Validation bits per byte of params().
+  virtual absl::StatusOr<float> EvaluateBpb() = 0;
+  // Checkpoint of the trainer state plus the outer state; Load restores
+  // the trainer and returns the outer state saved with it.
+  virtual absl::Status SaveCheckpoint(const std::string& path,
+                                      const OuterCheckpointState& outer) = 0;
+  virtual absl::StatusOr<OuterCheckpointState> LoadCheckpoint(
+      const std::string& path) = 0;
+};
+
+}  // namespace gasloc
+
+#endif  // GASLOC_WORKER_ROUND_INNER_TRAINER_H_

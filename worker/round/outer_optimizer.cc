@@ -1,0 +1,69 @@
+#include "worker/round/outer_optimizer.h"
+
+#include <cmath>
+#include <cstddef>
+
+namespace gasloc {
+
+void PostLocalIterate(std::span<const float> theta_start,
+                      std::span<const float> theta_local, float eta,
+                      std::span<float> y) {
+  const size_t n = y.size();
+  for (size_t i = 0; i < n; ++i)
+    y[i] = theta_start[i] + eta * (theta_local[i] - theta_start[i]);
+}
+
+void PseudoGradient(std::span<const float> theta_start,
+                    std::span<const float> theta_local, std::span<float> g) {
+  const size_t n = g.size();
+  for (size_t i = 0; i < n; ++i) g[i] = theta_local[i] - theta_start[i];
+}
+
+void GossipOuterStep(std::span<const float> y,
+                     std::span<const GossipNeighbor> neighbors, float alpha,
+                     float gamma, std::span<float> y_prev,
+                     std::span<float> theta_next) {
+  const size_t n = y.size();
+  // theta' = y + gamma (y - y_prev) - alpha sum_j w_j (y - y_j), written as
+  // one pass per neighbour so it stays a flat loop.
+  for (size_t i = 0; i < n; ++i) {
+    const float yi = y[i];
+    theta_next[i] = yi + gamma * (yi - y_prev[i]);
+    y_prev[i] = yi;
+  }
+  for (const GossipNeighbor& neighbor : neighbors) {
+    const float step = alpha * neighbor.weight;
+    const float* yj = neighbor.y.data();
+    for (size_t i = 0; i < n; ++i) theta_next[i] -= step * (y[i] - yj[i]);
+  }
+}
+
+void NesterovOuterStep(std::span<const float> theta_start,
+                       std::span<const float> mean_pseudo_gradient, float lr,
+                       float mu, std::span<float> momentum,
+                       std::span<float> theta_next) {
+  const size_t n = theta_next.size();
+  for (size_t i = 0; i < n; ++i) {
+    const float g = mean_pseudo_gradient[i];
+    const float v = mu * momentum[i] + g;
+    momentum[i] = v;
+    theta_next[i] = theta_start[i] + lr * (g + mu * v);
+  }
+}
+
+double L2Distance(std::span<const float> a, std::span<const float> b) {
+  double sum = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double d = static_cast<double>(a[i]) - b[i];
+    sum += d * d;
+  }
+  return std::sqrt(sum);
+}
+
+bool AllFinite(std::span<const float> values) {
+  for (float v : values)
+    if (!std::isfinite(v)) return false;
+  return true;
+}
+
+}  // namespace gasloc

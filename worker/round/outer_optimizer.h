@@ -1,0 +1,60 @@
+// The outer updates of every algorithm (algorithms.md sections 2-4), as
+// loops over flat arena-shaped buffers. Sign convention: the pseudo-gradient
+// g = theta_local - theta_start is a descent direction and every update ADDS
+// it.
+//
+//   GASLoC / D-PSGD:  y = theta + eta * g
+//                     theta' = y - alpha * sum_j lambda_ij (y - y_j)
+//                               + gamma * (y - y_prev);   y_prev <- y
+//   DiLoCo / local SGD (after an all-reduce gives gbar):
+//                     v = mu * v + gbar
+//                     theta' = theta + lr * (gbar + mu * v)
+//
+// Pure functions on caller-owned buffers; thread-safe as long as callers
+// do not share output buffers.
+#ifndef GASLOC_WORKER_ROUND_OUTER_OPTIMIZER_H_
+#define GASLOC_WORKER_ROUND_OUTER_OPTIMIZER_H_
+
+#include <span>
+#include <vector>
+
+namespace gasloc {
+
+// y = theta_start + eta * (theta_local - theta_start).
+void PostLocalIterate(std::span<const float> theta_start,
+                      std::span<const float> theta_local, float eta,
+                      std::span<float> y);
+
+// g = theta_local - theta_start.
+void PseudoGradient(std::span<const float> theta_start,
+                    std::span<const float> theta_local, std::span<float> g);
+
+struct GossipNeighbor {
+  std::span<const float> y;  // the neighbour's post-local iterate y_j
+  float weight = 1.0f;       // lambda_ij (the same at both ends)
+};
+
+// The GASLoC outer step for one worker. `y_prev` holds y_{t-1} on entry
+// and y_t on return. An empty `neighbors` is the no-peer round (the gossip
+// term vanishes, momentum still applies).
+void GossipOuterStep(std::span<const float> y,
+                     std::span<const GossipNeighbor> neighbors, float alpha,
+                     float gamma, std::span<float> y_prev,
+                     std::span<float> theta_next);
+
+// The DiLoCo outer Nesterov step; `momentum` holds v_{t-1} on entry and v_t
+// on return. theta_next may alias theta_start.
+void NesterovOuterStep(std::span<const float> theta_start,
+                       std::span<const float> mean_pseudo_gradient, float lr,
+                       float mu, std::span<float> momentum,
+                       std::span<float> theta_next);
+
+// ||a - b||_2, accumulated in double.
+double L2Distance(std::span<const float> a, std::span<const float> b);
+
+// True iff every value is finite.
+bool AllFinite(std::span<const float> values);
+
+}  // namespace gasloc
+
+#endif  // GASLOC_WORKER_ROUND_OUTER_OPTIMIZER_H_

@@ -1,0 +1,110 @@
+#include "worker/round/ring_all_reduce.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "worker/exchange/wire_codec.h"
+
+namespace gasloc {
+namespace {
+
+constexpr uint64_t kAlign = 16;
+
+int Mod(int a, int n) { return ((a % n) + n) % n; }
+
+}  // namespace
+
+std::pair<uint64_t, uint64_t> RingSegment(uint64_t size, int n, int s) {
+  const uint64_t blocks = (size + kAlign - 1) / kAlign;
+  const uint64_t per = blocks / n, extra = blocks % n;
+  const uint64_t begin_block = s * per + std::min<uint64_t>(s, extra);
+  const uint64_t end_block = begin_block + per + (static_cast<uint64_t>(s) < extra ? 1 : 0);
+  return {std::min(size, begin_block * kAlign), std::min(size, end_block * kAlign)};
+}
+
+void RoundToWireEncoding(v1::WireEncoding encoding, std::span<float> values) {
+  if (encoding != v1::WIRE_ENCODING_BF16) return;
+  for (float& v : values) v = Bf16ToFloat(FloatToBf16(v));
+}
+
+RingAllReduceResult RingAllReduceMean(PeerTransport& transport,
+                                      TransferKey key,
+                                      const std::vector<RingMember>& ring,
+                                      int rank, std::span<float> data,
+                                      std::span<float> scratch,
+                                      const ExchangeOptions& options) {
+  RingAllReduceResult result;
+  const absl::Time start = absl::Now();
+  const int n = static_cast<int>(ring.size());
+  if (n <= 1) {
+    result.seconds = 0;
+    return result;
+  }
+  const RingMember& next = ring[Mod(rank + 1, n)];
+  const RingMember& prev = ring[Mod(rank - 1, n)];
+  const uint64_t size = data.size();
+
+  auto run_step = [&](v1::ExchangePhase phase, int step, int send_segment,
+                      int receive_segment) -> bool {
+    key.phase = phase;
+    key.step = static_cast<uint32_t>(step);
+    const auto [send_begin, send_end] = RingSegment(size, n, send_segment);
+    const auto [recv_begin, recv_end] = RingSegment(size, n, receive_segment);
+    OutgoingTransfer send{next.worker_id, next.address, data, send_begin,
+                          send_end};
+    IncomingTransfer receive{prev.worker_id, scratch, recv_begin, recv_end};
+    std::vector<TransferOutcome> outcomes =
+        transport.Exchange(key, {&send, 1}, {&receive, 1}, options);
+    bool ok = true;
+    for (const TransferOutcome& outcome : outcomes) {
+      if (outcome.status.ok()) {
+        (outcome.incoming ? result.bytes_received : result.bytes_sent) +=
+            outcome.bytes;
+        continue;
+      }
+      ok = false;
+      result.failed_peers.push_back(outcome.peer_id);
+      if (result.status.ok())
+        result.status = absl::Status(
+            outcome.status.code(),
+            absl::StrCat(v1::ExchangePhase_Name(phase), " step ", step, " ",
+                         outcome.incoming ? "from" : "to", " worker ",
+                         outcome.peer_id, ": ", outcome.status.message()));
+    }
+    if (!ok) return false;
+    if (phase == v1::EXCHANGE_PHASE_REDUCE_SCATTER) {
+      for (uint64_t i = recv_begin; i < recv_end; ++i) data[i] += scratch[i];
+    } else {
+      std::memcpy(data.data() + recv_begin, scratch.data() + recv_begin,
+                  (recv_end - recv_begin) * sizeof(float));
+    }
+    return true;
+  };
+
+  // Reduce-scatter: after step s, segment (rank - s - 1) holds s + 2 terms;
+  // after n - 1 steps this worker owns the full sum of segment rank + 1.
+  for (int s = 0; s < n - 1; ++s) {
+    if (!run_step(v1::EXCHANGE_PHASE_REDUCE_SCATTER, s, Mod(rank - s, n),
+                  Mod(rank - s - 1, n))) {
+      result.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+      return result;
+    }
+  }
+  const int owned = Mod(rank + 1, n);
+  const auto [own_begin, own_end] = RingSegment(size, n, owned);
+  const float inv_n = 1.0f / static_cast<float>(n);
+  for (uint64_t i = own_begin; i < own_end; ++i) data[i] *= inv_n;
+  RoundToWireEncoding(options.encoding,
+                      data.subspan(own_begin, own_end - own_begin));
+  // All-gather: pass finished segments around the ring.
+  for (int s = 0; s < n - 1; ++s) {
+    if (!run_step(v1::EXCHANGE_PHASE_ALL_GATHER, s, Mod(rank + 1 - s, n),
+                  Mod(rank - s, n)))
+      break;
+  }
+  result.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  return result;
+}
+
+}  // namespace gasloc

@@ -1,0 +1,62 @@
+// Bandwidth-optimal ring all-reduce (mean) over a PeerTransport:
+// n-1 reduce-scatter steps then n-1 all-gather steps, each moving 1/n of
+// the buffer from every worker to its ring successor, so each worker sends
+// and receives 2(n-1)/n of the buffer in total and the cost is set by the
+// slowest link in the ring (algorithms.md section 3).
+//
+// Every worker ends with bit-identical values: each segment is summed along
+// one chain, divided once by its owner, rounded through the wire encoding
+// by its owner too, and then copied verbatim around the ring.
+//
+// Thread safety: one call at a time per buffer; the transport's contract
+// applies to concurrent calls with different keys.
+#ifndef GASLOC_WORKER_ROUND_RING_ALL_REDUCE_H_
+#define GASLOC_WORKER_ROUND_RING_ALL_REDUCE_H_
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "worker/exchange/peer_transport.h"
+
+namespace gasloc {
+
+struct RingMember {
+  uint64_t worker_id = 0;
+  std::string address;
+};
+
+struct RingAllReduceResult {
+  absl::Status status;                    // OK iff every step succeeded
+  std::vector<uint64_t> failed_peers;     // peers whose transfer failed
+  uint64_t bytes_sent = 0;
+  uint64_t bytes_received = 0;
+  double seconds = 0;
+};
+
+// Segment s of [0, size) for an n-way ring: contiguous, aligned to 16
+// elements, covering everything.
+std::pair<uint64_t, uint64_t> RingSegment(uint64_t size, int n, int s);
+
+// Replaces `data` (the whole arena-shaped buffer) by the mean over the
+// ring of everyone's `data`. `ring` lists every member in ring order and
+// `rank` is this worker's position. `scratch` is a buffer of data.size()
+// floats. `key.phase` and `key.step` are set by the function. On failure
+// `data` holds a partial result and must not be used.
+RingAllReduceResult RingAllReduceMean(PeerTransport& transport,
+                                      TransferKey key,
+                                      const std::vector<RingMember>& ring,
+                                      int rank, std::span<float> data,
+                                      std::span<float> scratch,
+                                      const ExchangeOptions& options);
+
+// Rounds `values` in place to what `encoding` can represent (identity for
+// FP32; bf16 round-to-nearest-even for BF16), so a value kept locally equals
+// the value a peer decodes from the wire.
+void RoundToWireEncoding(v1::WireEncoding encoding, std::span<float> values);
+
+}  // namespace gasloc
+
+#endif  // GASLOC_WORKER_ROUND_RING_ALL_REDUCE_H_

@@ -1,0 +1,323 @@
+#include "worker/round/round_runner.h"
+
+#include <algorithm>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/job_spec.h"
+#include "common/log.h"
+#include "common/status_macros.h"
+#include "worker/round/outer_optimizer.h"
+#include "worker/round/ring_all_reduce.h"
+
+namespace gasloc {
+namespace {
+
+constexpr char kPrevIterate[] = "outer.y_prev";
+constexpr char kMomentum[] = "outer.momentum";
+constexpr char kNextRound[] = "outer.next_round";
+constexpr char kJobId[] = "outer.job_id";
+
+double Seconds(absl::Duration d) { return absl::ToDoubleSeconds(d); }
+
+}  // namespace
+
+RoundRunner::RoundRunner(RoundRunnerOptions options, InnerTrainer* trainer,
+                         PeerTransport* transport, const Clock* clock)
+    : options_(std::move(options)),
+      trainer_(trainer),
+      transport_(transport),
+      clock_(clock),
+      theta_start_(trainer->params().shared_layout()),
+      y_(trainer->params().shared_layout()),
+      y_prev_(trainer->params()),  // y_{-1} = theta_0 (algorithms.md s.3)
+      momentum_(trainer->params().shared_layout()),
+      scratch_(trainer->params().shared_layout()) {}
+
+void RoundRunner::Progress(const RoundProgress& progress) const {
+  if (options_.on_progress) options_.on_progress(progress);
+}
+
+ExchangeOptions RoundRunner::MakeExchangeOptions() const {
+  ExchangeOptions options;
+  options.encoding = options_.spec.exchange().encoding();
+  options.chunk_bytes = options_.spec.exchange().chunk_bytes();
+  options.deadline =
+      clock_->Now() + absl::Milliseconds(options_.spec.exchange().deadline_ms());
+  return options;
+}
+
+absl::StatusOr<v1::ReportRoundRequest> RoundRunner::RunRound(
+    const v1::Assignment& assignment) {
+  if (assignment.kind() != v1::ASSIGNMENT_KIND_ROUND)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "RunRound needs a ROUND assignment, got ",
+        v1::AssignmentKind_Name(assignment.kind())));
+  if (assignment.job_id() != options_.job_id)
+    return absl::FailedPreconditionError(
+        absl::StrCat("assignment is for job ", assignment.job_id(),
+                     " but this runner runs job ", options_.job_id));
+  cancelled_ = false;
+  const uint64_t round = assignment.round();
+  v1::ReportRoundRequest report;
+  report.set_worker_id(options_.worker_id);
+  report.set_job_id(options_.job_id);
+  report.set_round(round);
+
+  FloatArena& params = trainer_->params();
+  theta_start_.CopyFrom(params);
+  const v1::Algorithm algorithm = options_.spec.outer().algorithm();
+
+  absl::Status status;
+  if (algorithm == v1::ALGORITHM_DATA_PARALLEL) {
+    status = DataParallelStep(assignment, &report);
+  } else {
+    auto inner = RunInnerSteps(assignment.local_steps(), round, &report);
+    status = inner.status();
+    if (status.ok() && !AllFinite(params.flat()))
+      status = absl::InternalError(absl::StrCat(
+          "round ", round, ": parameters became non-finite during the inner "
+          "phase; round abandoned, parameters restored"));
+    if (status.ok()) {
+      Progress({round, assignment.local_steps(), report.train_loss(), 0, 0,
+                v1::WORKER_ACTIVITY_EXCHANGING});
+      if (IsGossipAlgorithm(algorithm)) {
+        GossipExchange(assignment, &report);
+      } else {
+        AllReduceExchange(assignment, &report);
+      }
+    }
+  }
+  if (!status.ok()) {
+    params.CopyFrom(theta_start_);
+    return status;
+  }
+  if (!AllFinite(params.flat())) {
+    params.CopyFrom(theta_start_);
+    return absl::InternalError(absl::StrCat(
+        "round ", round, ": the outer update produced non-finite parameters; "
+        "parameters restored to the round's start"));
+  }
+  const uint32_t eval_interval = options_.spec.data().eval_interval_rounds();
+  if (eval_interval > 0 && (round + 1) % eval_interval == 0) {
+    Progress({round, assignment.local_steps(), report.train_loss(), 0, 0,
+              v1::WORKER_ACTIVITY_EVALUATING});
+    ASSIGN_OR_RETURN(float bpb, trainer_->EvaluateBpb());
+    report.set_val_bpb(bpb);
+  }
+  next_round_ = round + 1;
+  return report;
+}
+
+absl::StatusOr<InnerStepResult> RoundRunner::RunInnerSteps(
+    uint32_t steps, uint64_t round, v1::ReportRoundRequest* report) {
+  const absl::Time start = clock_->Now();
+  InnerStepResult total;
+  double loss_sum = 0;
+  for (uint32_t h = 0; h < steps; ++h) {
+    if (cancelled_)
+      return absl::CancelledError(
+          absl::StrCat("round ", round, " abandoned after ", h, " steps"));
+    ASSIGN_OR_RETURN(InnerStepResult step, trainer_->Step());
+    total.tokens += step.tokens;
+    total.loss = step.loss;
+    loss_sum += step.loss;
+    const double elapsed = Seconds(clock_->Now() - start);
+    Progress({round, h + 1, step.loss, elapsed > 0 ? (h + 1) / elapsed : 0,
+              elapsed > 0 ? total.tokens / elapsed : 0,
+              v1::WORKER_ACTIVITY_TRAINING});
+  }
+  report->set_inner_steps(steps);
+  report->set_compute_seconds(Seconds(clock_->Now() - start));
+  report->set_tokens(total.tokens);
+  report->set_train_loss(steps > 0 ? static_cast<float>(loss_sum / steps) : 0);
+  return total;
+}
+
+void RoundRunner::GossipExchange(const v1::Assignment& assignment,
+                                 v1::ReportRoundRequest* report) {
+  FloatArena& params = trainer_->params();
+  const auto& outer = options_.spec.outer();
+  PostLocalIterate(theta_start_.flat(), params.flat(), outer.eta(), y_.flat());
+
+  const int peer_count = assignment.peers_size();
+  while (static_cast<int>(received_.size()) < peer_count)
+    received_.emplace_back(params.shared_layout());
+  const uint64_t size = params.size();
+  std::vector<OutgoingTransfer> sends;
+  std::vector<IncomingTransfer> receives;
+  for (int k = 0; k < peer_count; ++k) {
+    const auto& peer = assignment.peers(k);
+    sends.push_back({peer.worker_id(), peer.address(), y_.flat(), 0, size});
+    receives.push_back({peer.worker_id(), received_[k].flat(), 0, size});
+  }
+  const absl::Time start = clock_->Now();
+  TransferKey key{options_.job_id, assignment.round(),
+                  v1::EXCHANGE_PHASE_GOSSIP, 0};
+  std::vector<TransferOutcome> outcomes;
+  if (peer_count > 0)
+    outcomes = transport_->Exchange(key, sends, receives, MakeExchangeOptions());
+
+  // An edge counts only if both directions committed: then both ends
+  // include it and the workers' average is preserved.
+  std::vector<bool> edge_ok(peer_count, true);
+  double max_send_seconds = 0, max_receive_seconds = 0;
+  std::string failure;
+  for (size_t i = 0; i < outcomes.size(); ++i) {
+    const TransferOutcome& outcome = outcomes[i];
+    const int k = static_cast<int>(i % peer_count);
+    if (outcome.status.ok()) {
+      if (outcome.incoming) {
+        report->set_bytes_received(report->bytes_received() + outcome.bytes);
+        max_receive_seconds = std::max(max_receive_seconds, outcome.seconds);
+      } else {
+        report->set_bytes_sent(report->bytes_sent() + outcome.bytes);
+        max_send_seconds = std::max(max_send_seconds, outcome.seconds);
+      }
+      continue;
+    }
+    if (edge_ok[k]) {
+      edge_ok[k] = false;
+      report->add_failed_peers(outcome.peer_id);
+      absl::StrAppend(&failure, failure.empty() ? "" : "; ", "worker ",
+                      outcome.peer_id, " (",
+                      outcome.incoming ? "receive" : "send", "): ",
+                      outcome.status.ToString());
+    }
+  }
+  std::vector<GossipNeighbor> neighbors;
+  for (int k = 0; k < peer_count; ++k) {
+    if (!edge_ok[k]) continue;
+    neighbors.push_back({received_[k].flat(), assignment.peers(k).weight()});
+    report->set_peer_distance(
+        static_cast<float>(L2Distance(y_.flat(), received_[k].flat())));
+  }
+  if (!failure.empty()) {
+    report->set_failure_reason(failure);
+    GASLOC_LOG(WARNING) << "job " << options_.job_id << " round "
+                        << assignment.round() << ": gossip without "
+                        << report->failed_peers_size()
+                        << " peer(s): " << failure;
+  }
+  GossipOuterStep(y_.flat(), neighbors, assignment.alpha(), outer.gamma(),
+                  y_prev_.flat(), params.flat());
+  const double exchange_seconds = Seconds(clock_->Now() - start);
+  report->set_exchange_seconds(exchange_seconds);
+  report->set_wait_seconds(std::max(0.0, max_receive_seconds - max_send_seconds));
+}
+
+void RoundRunner::AllReduceExchange(const v1::Assignment& assignment,
+                                    v1::ReportRoundRequest* report) {
+  FloatArena& params = trainer_->params();
+  const auto& outer = options_.spec.outer();
+  PseudoGradient(theta_start_.flat(), params.flat(), y_.flat());
+  std::vector<RingMember> ring;
+  int rank = -1;
+  for (const auto& member : assignment.ring_order()) {
+    if (member.worker_id() == options_.worker_id)
+      rank = static_cast<int>(ring.size());
+    ring.push_back({member.worker_id(), member.address()});
+  }
+  if (rank < 0) {
+    // Not in the ring (a malformed assignment): average over nobody.
+    report->set_failure_reason("this worker is not in the round's ring order");
+    ring.clear();
+    ring.push_back({options_.worker_id, ""});
+    rank = 0;
+  }
+  TransferKey key{options_.job_id, assignment.round(),
+                  v1::EXCHANGE_PHASE_REDUCE_SCATTER, 0};
+  RingAllReduceResult result = RingAllReduceMean(
+      *transport_, key, ring, rank, y_.flat(), scratch_.flat(),
+      MakeExchangeOptions());
+  report->set_bytes_sent(result.bytes_sent);
+  report->set_bytes_received(result.bytes_received);
+  report->set_exchange_seconds(result.seconds);
+  if (!result.status.ok()) {
+    // Fall back to this worker's own pseudo-gradient for the round.
+    PseudoGradient(theta_start_.flat(), params.flat(), y_.flat());
+    for (uint64_t peer : result.failed_peers) report->add_failed_peers(peer);
+    report->set_failure_reason(result.status.ToString());
+    GASLOC_LOG(WARNING) << "job " << options_.job_id << " round "
+                        << assignment.round()
+                        << ": all-reduce failed, applying the local "
+                           "pseudo-gradient alone: "
+                        << result.status;
+  }
+  NesterovOuterStep(theta_start_.flat(), y_.flat(), outer.lr(), outer.mu(),
+                    momentum_.flat(), params.flat());
+}
+
+absl::Status RoundRunner::DataParallelStep(const v1::Assignment& assignment,
+                                           v1::ReportRoundRequest* report) {
+  if (assignment.local_steps() != 1)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data-parallel rounds have exactly 1 inner step, got local_steps ",
+        assignment.local_steps()));
+  const absl::Time start = clock_->Now();
+  ASSIGN_OR_RETURN(InnerStepResult step, trainer_->ComputeGradients());
+  report->set_inner_steps(1);
+  report->set_tokens(step.tokens);
+  report->set_train_loss(step.loss);
+  report->set_compute_seconds(Seconds(clock_->Now() - start));
+  std::vector<RingMember> ring;
+  int rank = -1;
+  for (const auto& member : assignment.ring_order()) {
+    if (member.worker_id() == options_.worker_id)
+      rank = static_cast<int>(ring.size());
+    ring.push_back({member.worker_id(), member.address()});
+  }
+  if (rank >= 0 && ring.size() > 1) {
+    TransferKey key{options_.job_id, assignment.round(),
+                    v1::EXCHANGE_PHASE_REDUCE_SCATTER, 0};
+    FloatArena& grads = trainer_->grads();
+    y_.CopyFrom(grads);  // keep the local gradient for a fallback
+    RingAllReduceResult result = RingAllReduceMean(
+        *transport_, key, ring, rank, grads.flat(), scratch_.flat(),
+        MakeExchangeOptions());
+    report->set_bytes_sent(result.bytes_sent);
+    report->set_bytes_received(result.bytes_received);
+    report->set_exchange_seconds(result.seconds);
+    if (!result.status.ok()) {
+      grads.CopyFrom(y_);
+      for (uint64_t peer : result.failed_peers) report->add_failed_peers(peer);
+      report->set_failure_reason(result.status.ToString());
+    }
+  }
+  return trainer_->ApplyGradients();
+}
+
+absl::Status RoundRunner::SaveCheckpoint(const std::string& path) {
+  OuterCheckpointState outer;
+  outer.buffers[kPrevIterate].assign(y_prev_.flat().begin(), y_prev_.flat().end());
+  outer.buffers[kMomentum].assign(momentum_.flat().begin(), momentum_.flat().end());
+  outer.values[kNextRound] = absl::StrCat(next_round_);
+  outer.values[kJobId] = absl::StrCat(options_.job_id);
+  return trainer_->SaveCheckpoint(path, outer);
+}
+
+absl::Status RoundRunner::LoadCheckpoint(const std::string& path) {
+  ASSIGN_OR_RETURN(OuterCheckpointState outer, trainer_->LoadCheckpoint(path));
+  uint64_t job_id = 0, next_round = 0;
+  if (!absl::SimpleAtoi(outer.values[kJobId], &job_id) ||
+      !absl::SimpleAtoi(outer.values[kNextRound], &next_round))
+    return absl::DataLossError(
+        absl::StrCat("checkpoint ", path, " lacks the outer round state"));
+  if (job_id != options_.job_id)
+    return absl::FailedPreconditionError(
+        absl::StrCat("checkpoint ", path, " is of job ", job_id,
+                     ", not job ", options_.job_id));
+  for (auto [name, arena] : {std::pair<const char*, FloatArena*>{kPrevIterate, &y_prev_},
+                             {kMomentum, &momentum_}}) {
+    const std::vector<float>& buffer = outer.buffers[name];
+    if (buffer.size() != arena->size())
+      return absl::DataLossError(absl::StrCat(
+          "checkpoint ", path, ": ", name, " has ", buffer.size(),
+          " floats, the model needs ", arena->size()));
+    std::copy(buffer.begin(), buffer.end(), arena->data());
+  }
+  next_round_ = next_round;
+  return absl::OkStatus();
+}
+
+}  // namespace gasloc

@@ -1,0 +1,112 @@
+// Runs one job's outer rounds on one worker: H_i inner steps, the exchange
+// with the round's peers, and the outer update of the job's algorithm
+// (GASLoC, D-PSGD, DiLoCo, local SGD, data-parallel: one code path).
+// Knows nothing about gRPC or the coordinator: it takes an Assignment and
+// returns the ReportRoundRequest to send back.
+//
+// Safety rules: received state lands in scratch buffers and is used only
+// when its transfer committed; a peer that fails is dropped from the
+// round's update and listed in the report; local state that turns
+// non-finite is an error and the live parameters are restored to the
+// round's start, never published.
+//
+// Thread safety: one thread calls RunRound; `cancel` (Cancelled()) may be
+// set from any thread to abandon the round between inner steps.
+#ifndef GASLOC_WORKER_ROUND_ROUND_RUNNER_H_
+#define GASLOC_WORKER_ROUND_ROUND_RUNNER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/arena.h"
+#include "common/clock.h"
+#include "gasloc/v1/coordinator.pb.h"
+#include "gasloc/v1/job.pb.h"
+#include "worker/exchange/peer_transport.h"
+#include "worker/round/inner_trainer.h"
+
+namespace gasloc {
+
+// What a heartbeat reports while a round runs.
+struct RoundProgress {
+  uint64_t round = 0;
+  uint32_t inner_step = 0;
+  float train_loss = 0;
+  double steps_per_second = 0;
+  double tokens_per_second = 0;
+  v1::WorkerActivity activity = v1::WORKER_ACTIVITY_TRAINING;
+};
+
+struct RoundRunnerOptions {
+  uint64_t worker_id = 0;
+  uint64_t job_id = 0;
+  v1::JobSpec spec;  // defaults applied
+  std::function<void(const RoundProgress&)> on_progress;  // may be empty
+};
+
+class RoundRunner {
+ public:
+  // `trainer`, `transport` and `clock` must outlive the runner. The outer
+  // state starts from the trainer's current parameters (theta_0).
+  RoundRunner(RoundRunnerOptions options, InnerTrainer* trainer,
+              PeerTransport* transport, const Clock* clock);
+
+  // Runs `assignment` (kind ROUND, this job). Returns the report; an error
+  // means the round could not run at all (bad assignment, non-finite local
+  // state, cancelled): the parameters are then those at the round's start.
+  absl::StatusOr<v1::ReportRoundRequest> RunRound(
+      const v1::Assignment& assignment);
+
+  // Abandon the current round at the next inner-step boundary.
+  void Cancel() { cancelled_ = true; }
+  bool cancelled() const { return cancelled_; }
+
+  // Outer state, for checkpoints and for serving a joining worker:
+  // GASLoC's y_{t-1} and DiLoCo's momentum v.
+  FloatArena& previous_iterate() { return y_prev_; }
+  FloatArena& momentum() { return momentum_; }
+  // Rounds completed by this runner (the next round expected is this).
+  uint64_t next_round() const { return next_round_; }
+  void set_next_round(uint64_t round) { next_round_ = round; }
+
+  // Saves trainer + outer state + round; Load restores them.
+  absl::Status SaveCheckpoint(const std::string& path);
+  absl::Status LoadCheckpoint(const std::string& path);
+
+ private:
+  absl::StatusOr<InnerStepResult> RunInnerSteps(uint32_t steps,
+                                                uint64_t round,
+                                                v1::ReportRoundRequest* report);
+  absl::Status DataParallelStep(const v1::Assignment& assignment,
+                                v1::ReportRoundRequest* report);
+  void GossipExchange(const v1::Assignment& assignment,
+                      v1::ReportRoundRequest* report);
+  void AllReduceExchange(const v1::Assignment& assignment,
+                         v1::ReportRoundRequest* report);
+  ExchangeOptions MakeExchangeOptions() const;
+  void Progress(const RoundProgress& progress) const;
+
+  RoundRunnerOptions options_;
+  InnerTrainer* trainer_;
+  PeerTransport* transport_;
+  const Clock* clock_;
+  std::atomic<bool> cancelled_{false};
+  uint64_t next_round_ = 0;
+
+  // Model-shaped buffers, allocated once per job.
+  FloatArena theta_start_;
+  FloatArena y_;
+  FloatArena y_prev_;
+  FloatArena momentum_;
+  FloatArena scratch_;
+  std::vector<FloatArena> received_;  // one per gossip peer slot
+};
+
+}  // namespace gasloc
+
+#endif  // GASLOC_WORKER_ROUND_ROUND_RUNNER_H_

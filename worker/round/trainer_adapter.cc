@@ -1,0 +1,55 @@
+#include "worker/round/trainer_adapter.h"
+
+#include "common/status_macros.h"
+
+namespace gasloc {
+
+absl::StatusOr<std::unique_ptr<InnerTrainer>> TrainerAdapter::Create(
+    const v1::JobSpec& spec, int rank, int num_workers, int threads) {
+  TrainerOptions options;
+  options.spec = spec;
+  options.rank = rank;
+  options.num_workers = std::max(num_workers, rank + 1);
+  options.threads = threads;
+  ASSIGN_OR_RETURN(std::unique_ptr<Trainer> trainer, Trainer::Create(options));
+  return std::unique_ptr<InnerTrainer>(new TrainerAdapter(std::move(trainer)));
+}
+
+absl::StatusOr<InnerStepResult> TrainerAdapter::Step() {
+  ASSIGN_OR_RETURN(StepStats stats, trainer_->Step());
+  return InnerStepResult{static_cast<float>(stats.loss),
+                         static_cast<uint64_t>(stats.tokens)};
+}
+
+absl::StatusOr<InnerStepResult> TrainerAdapter::ComputeGradients() {
+  ASSIGN_OR_RETURN(float loss, trainer_->ComputeGradients());
+  return InnerStepResult{loss, static_cast<uint64_t>(trainer_->tokens_per_step())};
+}
+
+absl::Status TrainerAdapter::ApplyGradients() {
+  return trainer_->ApplyGradients().status();
+}
+
+absl::StatusOr<float> TrainerAdapter::EvaluateBpb() {
+  ASSIGN_OR_RETURN(double bpb, trainer_->EvaluateBpb());
+  return static_cast<float>(bpb);
+}
+
+absl::Status TrainerAdapter::SaveCheckpoint(const std::string& path,
+                                            const OuterCheckpointState& outer) {
+  CheckpointExtras extras;
+  extras.buffers = outer.buffers;
+  extras.values = outer.values;
+  return trainer_->SaveCheckpoint(path, extras);
+}
+
+absl::StatusOr<OuterCheckpointState> TrainerAdapter::LoadCheckpoint(
+    const std::string& path) {
+  ASSIGN_OR_RETURN(CheckpointExtras extras, trainer_->LoadCheckpoint(path));
+  OuterCheckpointState outer;
+  outer.buffers = std::move(extras.buffers);
+  outer.values = std::move(extras.values);
+  return outer;
+}
+
+}  // namespace gasloc

@@ -1,0 +1,47 @@
+// Adapts the single-process Trainer (worker/train/trainer.h) to the
+// InnerTrainer seam of the round state machine, so the worker daemon runs
+// the real model while round-logic tests run fakes.
+//
+// Thread safety: as Trainer (one thread at a time).
+#ifndef GASLOC_WORKER_ROUND_TRAINER_ADAPTER_H_
+#define GASLOC_WORKER_ROUND_TRAINER_ADAPTER_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "gasloc/v1/job.pb.h"
+#include "worker/round/inner_trainer.h"
+#include "worker/train/trainer.h"
+
+namespace gasloc {
+
+class TrainerAdapter final : public InnerTrainer {
+ public:
+  // Builds the job's Trainer: data rank `rank` of `num_workers`, `threads`
+  // compute threads (0 = the spec's, whose 0 = all cores).
+  static absl::StatusOr<std::unique_ptr<InnerTrainer>> Create(
+      const v1::JobSpec& spec, int rank, int num_workers, int threads);
+
+  explicit TrainerAdapter(std::unique_ptr<Trainer> trainer)
+      : trainer_(std::move(trainer)) {}
+
+  FloatArena& params() override { return trainer_->params(); }
+  FloatArena& grads() override { return trainer_->grads(); }
+  absl::StatusOr<InnerStepResult> Step() override;
+  absl::StatusOr<InnerStepResult> ComputeGradients() override;
+  absl::Status ApplyGradients() override;
+  absl::StatusOr<float> EvaluateBpb() override;
+  absl::Status SaveCheckpoint(const std::string& path,
+                              const OuterCheckpointState& outer) override;
+  absl::StatusOr<OuterCheckpointState> LoadCheckpoint(
+      const std::string& path) override;
+
+  Trainer& trainer() { return *trainer_; }
+
+ private:
+  std::unique_ptr<Trainer> trainer_;
+};
+
+}  // namespace gasloc
+
+#endif  // GASLOC_WORKER_ROUND_TRAINER_ADAPTER_H_
