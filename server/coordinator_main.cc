@@ -24,8 +24,6 @@ ABSL_FLAG(std::string, db, "gasloc-coordinator.sqlite",
           "SQLite file holding jobs and workers (created if missing).");
 ABSL_FLAG(int, lease_ms, 10000,
           "Worker lease length in milliseconds.");
-ABSL_FLAG(int, metrics_port, 0,
-          "Port of the Prometheus /metrics endpoint (0 = off).");
 ABSL_FLAG(std::string, tls_cert, "", "PEM server certificate (enables TLS).");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
 ABSL_FLAG(std::string, tls_ca, "",
@@ -38,7 +36,7 @@ int main(int argc, char** argv) {
       "gasloc-coordinator: tracks live workers, accepts jobs and issues every "
       "outer round's gossip pairing and local-step budgets.\n\n"
       "Usage: gasloc-coordinator [--listen=HOST:PORT] [--db=FILE] "
-      "[--lease_ms=N] [--metrics_port=N]");
+      "[--lease_ms=N]");
 
   const int lease_ms = absl::GetFlag(FLAGS_lease_ms);
   if (lease_ms < 100 || lease_ms > 3600000) {
