@@ -7,8 +7,8 @@
 #   scripts/local_cluster.sh [options] [CORPUS]
 #     --workers N        workers to start (default 2)
 #     --algorithm A      gasloc | diloco | local-sgd | dpsgd | data-parallel
-#     --rounds R         outer rounds (default 12)
-#     --local-steps H    inner steps per round (default 25)
+#     --rounds R         outer rounds (default 20)
+#     --local-steps H    inner steps per round (default 40)
 #     --build DIR        build folder (default build/release)
 #     --run-dir DIR      where logs, state and checkpoints go
 #                        (default runs/local-<timestamp>)
@@ -18,8 +18,8 @@ cd "$(dirname "$0")/.."
 
 workers=2
 algorithm=gasloc
-rounds=12
-local_steps=25
+rounds=20
+local_steps=40
 build=build/release
 run_dir=""
 corpus=/usr/share/common-licenses
@@ -112,7 +112,7 @@ cat > "$run_dir/job.json" <<JSON
 JSON
 ctl=("$bin/gaslocctl" --coordinator="$coordinator")
 job_id=$("${ctl[@]}" --output=json job start "$run_dir/job.json" |
-  /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["jobId"])')
+  /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["job_id"])')
 echo "local_cluster: job $job_id started ($algorithm, $rounds rounds of $local_steps steps)"
 "${ctl[@]}" job watch "$job_id"
 
@@ -121,9 +121,9 @@ echo "$status_json" > "$run_dir/job-status.json"
 /usr/bin/python3 - "$run_dir/job-status.json" <<'PY'
 import json, sys
 job = json.load(open(sys.argv[1]))
-print(f"local_cluster: job {job['jobId']} {job.get('state', '?')}: "
-      f"{job.get('roundsCompleted', 0)} rounds, {job.get('tokens', 0)} tokens, "
-      f"final validation bpb {job.get('valBpb', float('nan')):.4f}")
+print(f"local_cluster: job {job['job_id']} {job.get('state', '?')}: "
+      f"{job.get('rounds_completed', 0)} rounds, {job.get('tokens', 0)} tokens, "
+      f"final validation bpb {job.get('val_bpb', float('nan')):.4f}")
 PY
 checkpoint=$(ls -t "$run_dir"/checkpoints/*.ckpt 2>/dev/null | head -1 || true)
 if [ -n "$checkpoint" ]; then

@@ -31,8 +31,6 @@ ABSL_FLAG(int, threads, 0, "Compute threads (0 = all cores).");
 ABSL_FLAG(std::string, data_dir, ".",
           "Directory for scratch files (checkpoints go to the job's "
           "checkpoint directory).");
-ABSL_FLAG(int, metrics_port, 0,
-          "Port of the Prometheus /metrics endpoint (0 = off).");
 ABSL_FLAG(std::string, tls_cert, "", "PEM certificate (enables TLS).");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
 ABSL_FLAG(std::string, tls_ca, "", "PEM root of the cluster's certificates.");
@@ -92,7 +90,6 @@ int RunWorker() {
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);
   options.info.set_hostname(host);
-  options.info.set_metrics_port(absl::GetFlag(FLAGS_metrics_port));
   options.threads = absl::GetFlag(FLAGS_threads);
   options.data_dir = absl::GetFlag(FLAGS_data_dir);
 

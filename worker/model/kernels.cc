@@ -53,6 +53,7 @@ dnnl::memory::desc PlainMd(const Dims& dims, dt type) {
 
 Matmul::Matmul(DnnlEnv* env, const Desc& desc) : env_(env), desc_(desc) {
   dnnl::primitive_attr attr;
+  if (desc.user_scratchpad) attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   if (desc.scale != 1.0f) attr.set_output_scales(0, {desc.scale});
   if (desc.add) {
     dnnl::post_ops ops;
@@ -72,13 +73,14 @@ Matmul::Matmul(DnnlEnv* env, const Desc& desc) : env_(env), desc_(desc) {
                                        attr, env->engine);
   }
   prim_ = dnnl::matmul(pd_);
+  weights_md_ = pd_.weights_desc();
 }
 
 void Matmul::Run(const void* a, const void* b, void* c, const float* bias,
                  const void* add) {
   std::unordered_map<int, dnnl::memory> args = {
       {DNNL_ARG_SRC, Mem(desc_.a, env_, a)},
-      {DNNL_ARG_WEIGHTS, Mem(desc_.b, env_, b)},
+      {DNNL_ARG_WEIGHTS, Mem(weights_md_, env_, b)},
       {DNNL_ARG_DST, Mem(desc_.c, env_, c)}};
   if (desc_.bias) args.emplace(DNNL_ARG_BIAS, Mem(bias_md_, env_, bias));
   if (desc_.add) {
@@ -87,6 +89,23 @@ void Matmul::Run(const void* a, const void* b, void* c, const float* bias,
   }
   prim_.execute(env_->stream, args);
   env_->stream.wait();
+}
+
+void Matmul::RunOn(dnnl::stream& stream, void* scratchpad, const void* a,
+                   const void* b, void* c) {
+  std::unordered_map<int, dnnl::memory> args = {
+      {DNNL_ARG_SRC, Mem(desc_.a, env_, a)},
+      {DNNL_ARG_WEIGHTS, Mem(weights_md_, env_, b)},
+      {DNNL_ARG_DST, Mem(desc_.c, env_, c)}};
+  if (desc_.user_scratchpad) {
+    args.emplace(DNNL_ARG_SCRATCHPAD,
+                 Mem(pd_.scratchpad_desc(), env_, scratchpad));
+  }
+  prim_.execute(stream, args);
+}
+
+size_t Matmul::scratchpad_bytes() const {
+  return pd_.scratchpad_desc().get_size();
 }
 
 std::string Matmul::impl() const { return pd_.impl_info_str(); }
@@ -98,7 +117,9 @@ namespace {
 Matmul::Desc LinearFwdDesc(const Linear::Options& o) {
   Matmul::Desc d;
   d.a = PlainMd({o.M, o.K}, o.cdt);
-  d.b = StridedMd({o.K, o.N}, o.cdt, {1, o.K});  // W^T view of (N, K)
+  d.b = o.blocked_weights
+            ? dnnl::memory::desc({o.K, o.N}, o.cdt, tag::any)
+            : StridedMd({o.K, o.N}, o.cdt, {1, o.K});  // W^T view of (N, K)
   d.c = PlainMd({o.M, o.N}, o.y_type);
   d.bias = o.bias;
   d.add = o.residual;
@@ -109,7 +130,8 @@ Matmul::Desc LinearFwdDesc(const Linear::Options& o) {
 Matmul::Desc LinearBwdDataDesc(const Linear::Options& o) {
   Matmul::Desc d;
   d.a = PlainMd({o.M, o.N}, o.cdt);
-  d.b = PlainMd({o.N, o.K}, o.cdt);
+  d.b = o.blocked_weights ? dnnl::memory::desc({o.N, o.K}, o.cdt, tag::any)
+                         : PlainMd({o.N, o.K}, o.cdt);
   d.c = PlainMd({o.M, o.K}, o.dx_type);
   return d;
 }
@@ -128,7 +150,35 @@ Linear::Linear(DnnlEnv* env, const Options& options)
     : options_(options),
       fwd_(env, LinearFwdDesc(options)),
       bwd_data_(env, LinearBwdDataDesc(options)),
-      bwd_weights_(env, LinearBwdWeightsDesc(options)) {}
+      bwd_weights_(env, LinearBwdWeightsDesc(options)),
+      env_(env),
+      w_t_f32_(StridedMd({options.K, options.N}, dt::f32, {1, options.K})),
+      w_f32_(PlainMd({options.N, options.K}, dt::f32)) {
+  if (options.blocked_weights) {
+    to_fwd_ = dnnl::reorder(dnnl::reorder::primitive_desc(
+        env->engine, w_t_f32_, env->engine, fwd_.weights_md()));
+    to_bwd_ = dnnl::reorder(dnnl::reorder::primitive_desc(
+        env->engine, w_f32_, env->engine, bwd_data_.weights_md()));
+  }
+}
+
+void Linear::PrepareWeights(const float* w, void* fwd, void* bwd) {
+  dnnl::memory src_t = Mem(w_t_f32_, env_, w);
+  dnnl::memory src = Mem(w_f32_, env_, w);
+  dnnl::memory dst_fwd = Mem(fwd_.weights_md(), env_, fwd);
+  dnnl::memory dst_bwd = Mem(bwd_data_.weights_md(), env_, bwd);
+  to_fwd_.execute(env_->stream, src_t, dst_fwd);
+  to_bwd_.execute(env_->stream, src, dst_bwd);
+  env_->stream.wait();
+}
+
+size_t Linear::fwd_weights_bytes() const {
+  return fwd_.weights_md().get_size();
+}
+
+size_t Linear::bwd_weights_bytes() const {
+  return bwd_data_.weights_md().get_size();
+}
 
 void Linear::Forward(const void* x, const void* w, const float* b,
                      const float* residual, void* y) {
@@ -247,13 +297,92 @@ void Convert::Run(const void* src, void* dst) {
 
 // ---------------------------------------------------------------- Attention
 
+Permute::Permute(DnnlEnv* env, const Dims& dims, const Dims& src_strides,
+                 const Dims& dst_strides, dt type)
+    : env_(env),
+      src_md_(StridedMd(dims, type, src_strides)),
+      dst_md_(StridedMd(dims, type, dst_strides)) {
+  prim_ = dnnl::reorder(
+      dnnl::reorder::primitive_desc(env->engine, src_md_, env->engine, dst_md_));
+}
+
+void Permute::Run(const void* src, void* dst) {
+  dnnl::memory src_mem = Mem(src_md_, env_, src);
+  dnnl::memory dst_mem = Mem(dst_md_, env_, dst);
+  prim_.execute(env_->stream, src_mem, dst_mem);
+  env_->stream.wait();
+}
+
 namespace {
 
-// Views of one sequence's q, k, v (base pointer at q, k or v of head 0).
-Dims HeadRows(int H, int hd, int row) { return {hd, row, 1}; }  // (H,T,hd)
-Dims HeadCols(int H, int hd, int row) { return {hd, 1, row}; }  // (H,hd,T)
+// Strides (in elements) of (B, T, 3, H, hd) index order for both layouts.
+Dims RowMajorQkv(int T, int C, int H) {
+  const int64_t hd = C / H;
+  return {int64_t{T} * 3 * C, 3 * C, C, hd, 1};
+}
+Dims HeadMajorQkv(int T, int C, int H) {
+  const int64_t hd = C / H;
+  return {int64_t{T} * 3 * C, hd, int64_t{T} * C, int64_t{T} * hd, 1};
+}
+// Strides of (B, T, H, hd) index order.
+Dims RowMajorOut(int T, int C, int H) {
+  const int64_t hd = C / H;
+  return {int64_t{T} * C, C, hd, 1};
+}
+Dims HeadMajorOut(int T, int C, int H) {
+  const int64_t hd = C / H;
+  return {int64_t{T} * C, hd, int64_t{T} * hd, 1};
+}
 
 }  // namespace
+
+HeadLayout::HeadLayout(DnnlEnv* env, int B, int T, int C, int H, dt cdt)
+    : qkv_to_heads(env, {B, T, 3, H, C / H}, RowMajorQkv(T, C, H),
+                   HeadMajorQkv(T, C, H), cdt),
+      out_from_heads(env, {B, T, H, C / H}, HeadMajorOut(T, C, H),
+                     RowMajorOut(T, C, H), cdt),
+      dout_to_heads(env, {B, T, H, C / H}, RowMajorOut(T, C, H),
+                    HeadMajorOut(T, C, H), cdt),
+      dqkv_from_heads(env, {B, T, 3, H, C / H}, HeadMajorQkv(T, C, H),
+                      RowMajorQkv(T, C, H), cdt) {}
+
+namespace {
+
+// (H, T, n) dense, and its per-head transpose (H, n, T) view.
+dnnl::memory::desc Dense(int H, int rows, int cols, dt type) {
+  return PlainMd({H, rows, cols}, type);
+}
+dnnl::memory::desc Transposed(int H, int rows, int cols, dt type) {
+  // logical (H, rows, cols) of a dense (H, cols, rows) buffer
+  return StridedMd({H, rows, cols}, type,
+                   {int64_t{rows} * cols, 1, int64_t{rows}});
+}
+
+Matmul::Desc AttnDesc(dnnl::memory::desc a, dnnl::memory::desc b,
+                      dnnl::memory::desc c, float scale) {
+  Matmul::Desc d;
+  d.a = a;
+  d.b = b;
+  d.c = c;
+  d.scale = scale;
+  d.user_scratchpad = true;
+  return d;
+}
+
+}  // namespace
+
+// One thread's buffers: its stream, T x T blocks and oneDNN scratchpad.
+struct CausalAttention::ThreadScratch {
+  explicit ThreadScratch(const dnnl::engine& engine, size_t bytes)
+      : stream(engine), buffer(bytes + 64) {}
+  dnnl::stream stream;
+  std::vector<char> buffer;
+  float* s = nullptr;   // (H, T, T) f32 scores
+  void* p = nullptr;    // (H, T, T) cdt probabilities
+  void* dp = nullptr;   // (H, T, T) cdt
+  void* ds = nullptr;   // (H, T, T) cdt
+  void* scratchpad = nullptr;
+};
 
 CausalAttention::CausalAttention(DnnlEnv* env, int T, int C, int H, dt cdt)
     : env_(env),
@@ -262,102 +391,113 @@ CausalAttention::CausalAttention(DnnlEnv* env, int T, int C, int H, dt cdt)
       H_(H),
       cdt_(cdt),
       esize_(DtSize(cdt)),
-      mask_(static_cast<size_t>(T) * T, 0.0f),
-      qk_(env, [&] {
-        Matmul::Desc d;
-        const int hd = C / H;
-        d.a = StridedMd({H, T, hd}, cdt, HeadRows(H, hd, 3 * C));
-        d.b = StridedMd({H, hd, T}, cdt, HeadCols(H, hd, 3 * C));
-        d.c = PlainMd({H, T, T}, dt::f32);
-        d.scale = 1.0f / std::sqrt(static_cast<float>(hd));
-        d.add = true;
-        d.add_md = PlainMd({1, T, T}, dt::f32);
-        return d;
-      }()),
-      pv_(env, [&] {
-        Matmul::Desc d;
-        const int hd = C / H;
-        d.a = PlainMd({H, T, T}, cdt);
-        d.b = StridedMd({H, T, hd}, cdt, HeadRows(H, hd, 3 * C));
-        d.c = StridedMd({H, T, hd}, cdt, HeadRows(H, hd, C));
-        return d;
-      }()),
-      dp_mm_(env, [&] {  // dP = dO V^T
-        Matmul::Desc d;
-        const int hd = C / H;
-        d.a = StridedMd({H, T, hd}, cdt, HeadRows(H, hd, C));
-        d.b = StridedMd({H, hd, T}, cdt, HeadCols(H, hd, 3 * C));
-        d.c = PlainMd({H, T, T}, cdt);
-        return d;
-      }()),
-      dv_mm_(env, [&] {  // dV = P^T dO
-        Matmul::Desc d;
-        const int hd = C / H;
-        d.a = StridedMd({H, T, T}, cdt, {int64_t{T} * T, 1, T});
-        d.b = StridedMd({H, T, hd}, cdt, HeadRows(H, hd, C));
-        d.c = StridedMd({H, T, hd}, cdt, HeadRows(H, hd, 3 * C));
-        return d;
-      }()),
-      dq_mm_(env, [&] {  // dQ = scale dS K
-        Matmul::Desc d;
-        const int hd = C / H;
-        d.a = PlainMd({H, T, T}, cdt);
-        d.b = StridedMd({H, T, hd}, cdt, HeadRows(H, hd, 3 * C));
-        d.c = StridedMd({H, T, hd}, cdt, HeadRows(H, hd, 3 * C));
-        d.scale = 1.0f / std::sqrt(static_cast<float>(hd));
-        return d;
-      }()),
-      dk_mm_(env, [&] {  // dK = scale dS^T Q
-        Matmul::Desc d;
-        const int hd = C / H;
-        d.a = StridedMd({H, T, T}, cdt, {int64_t{T} * T, 1, T});
-        d.b = StridedMd({H, T, hd}, cdt, HeadRows(H, hd, 3 * C));
-        d.c = StridedMd({H, T, hd}, cdt, HeadRows(H, hd, 3 * C));
-        d.scale = 1.0f / std::sqrt(static_cast<float>(hd));
-        return d;
-      }()) {
-  for (int t = 0; t < T; ++t) {
-    for (int s = t + 1; s < T; ++s) mask_[t * T + s] = -1e30f;
-  }
-  const size_t n = static_cast<size_t>(H) * T * T;
-  const size_t s_bytes = (n * 4 + 63) / 64 * 64;
-  const size_t c_bytes = (n * esize_ + 63) / 64 * 64;
-  scratch_.resize(s_bytes + 3 * c_bytes + 64);
-  char* base = scratch_.data();
-  base += (64 - reinterpret_cast<uintptr_t>(base) % 64) % 64;
-  s_ = reinterpret_cast<float*>(base);
-  p_ = base + s_bytes;
-  dp_ = base + s_bytes + c_bytes;
-  ds_ = base + s_bytes + 2 * c_bytes;
+      head_bytes_(static_cast<size_t>(T) * C * DtSize(cdt)),
+      // S = scale Q K^T
+      qk_(env, AttnDesc(Dense(H, T, C / H, cdt), Transposed(H, C / H, T, cdt),
+                        Dense(H, T, T, dt::f32),
+                        1.0f / std::sqrt(static_cast<float>(C / H)))),
+      // O = P V
+      pv_(env, AttnDesc(Dense(H, T, T, cdt), Dense(H, T, C / H, cdt),
+                        Dense(H, T, C / H, cdt), 1.0f)),
+      // dP = dO V^T
+      dp_mm_(env, AttnDesc(Dense(H, T, C / H, cdt),
+                           Transposed(H, C / H, T, cdt), Dense(H, T, T, cdt),
+                           1.0f)),
+      // dV = P^T dO
+      dv_mm_(env, AttnDesc(Transposed(H, T, T, cdt), Dense(H, T, C / H, cdt),
+                           Dense(H, T, C / H, cdt), 1.0f)),
+      // dQ = scale dS K
+      dq_mm_(env, AttnDesc(Dense(H, T, T, cdt), Dense(H, T, C / H, cdt),
+                           Dense(H, T, C / H, cdt),
+                           1.0f / std::sqrt(static_cast<float>(C / H)))),
+      // dK = scale dS^T Q
+      dk_mm_(env, AttnDesc(Transposed(H, T, T, cdt), Dense(H, T, C / H, cdt),
+                           Dense(H, T, C / H, cdt),
+                           1.0f / std::sqrt(static_cast<float>(C / H)))) {
   s_md_ = PlainMd({H, T, T}, dt::f32);
   p_md_ = PlainMd({H, T, T}, cdt);
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   auto fwd_pd = dnnl::softmax_v2_forward::primitive_desc(
       dnnl::softmax_v2_forward::desc(dnnl::prop_kind::forward_training,
                                      dnnl::algorithm::softmax_accurate, s_md_,
                                      p_md_, 2),
-      env->engine);
+      attr, env->engine);
   softmax_fwd_ = dnnl::softmax_v2_forward(fwd_pd);
-  softmax_bwd_ = dnnl::softmax_v2_backward(
-      dnnl::softmax_v2_backward::primitive_desc(
-          dnnl::softmax_v2_backward::desc(dnnl::algorithm::softmax_accurate,
-                                          p_md_, p_md_, p_md_, 2),
-          env->engine, fwd_pd));
+  auto bwd_pd = dnnl::softmax_v2_backward::primitive_desc(
+      dnnl::softmax_v2_backward::desc(dnnl::algorithm::softmax_accurate,
+                                      p_md_, p_md_, p_md_, 2),
+      attr, env->engine, fwd_pd);
+  softmax_bwd_ = dnnl::softmax_v2_backward(bwd_pd);
+  softmax_fwd_scratch_md_ = fwd_pd.scratchpad_desc();
+  softmax_bwd_scratch_md_ = bwd_pd.scratchpad_desc();
+  for (size_t bytes :
+       {qk_.scratchpad_bytes(), pv_.scratchpad_bytes(),
+        dp_mm_.scratchpad_bytes(), dv_mm_.scratchpad_bytes(),
+        dq_mm_.scratchpad_bytes(), dk_mm_.scratchpad_bytes(),
+        fwd_pd.scratchpad_desc().get_size(),
+        bwd_pd.scratchpad_desc().get_size()}) {
+    scratchpad_bytes_ = std::max(scratchpad_bytes_, bytes);
+  }
+  const size_t n = static_cast<size_t>(H) * T * T;
+  per_thread_bytes_ = (n * 4 + 63) / 64 * 64 + 3 * ((n * esize_ + 63) / 64 * 64);
 }
 
-void CausalAttention::Probabilities(const char* qkv_b) {
-  qk_.Run(qkv_b, qkv_b + C_ * esize_, s_, nullptr, mask_.data());
-  softmax_fwd_.execute(env_->stream, {{DNNL_ARG_SRC, Mem(s_md_, env_, s_)},
-                                      {DNNL_ARG_DST, Mem(p_md_, env_, p_)}});
-  env_->stream.wait();
+std::string CausalAttention::impl() const {
+  return "qk " + qk_.impl() + ", pv " + pv_.impl() + ", dp " + dp_mm_.impl() +
+         ", dv " + dv_mm_.impl() + ", dq " + dq_mm_.impl() + ", dk " +
+         dk_mm_.impl();
+}
+
+CausalAttention::~CausalAttention() = default;
+
+void CausalAttention::Probabilities(ThreadScratch& ts, const char* qkv_b) {
+  qk_.RunOn(ts.stream, ts.scratchpad, qkv_b, qkv_b + head_bytes_, ts.s);
+  // Causal mask: a query never sees later keys.
+  for (int64_t row = 0; row < int64_t{H_} * T_; ++row) {
+    const int t = static_cast<int>(row % T_);
+    float* r = ts.s + row * T_;
+    for (int s = t + 1; s < T_; ++s) r[s] = -1e30f;
+  }
+  softmax_fwd_.execute(ts.stream,
+                       {{DNNL_ARG_SRC, Mem(s_md_, env_, ts.s)},
+                        {DNNL_ARG_DST, Mem(p_md_, env_, ts.p)},
+                        {DNNL_ARG_SCRATCHPAD,
+                         Mem(softmax_fwd_scratch_md_, env_, ts.scratchpad)}});
 }
 
 void CausalAttention::Forward(const void* qkv, int B, void* out) {
   const size_t qkv_seq = static_cast<size_t>(T_) * 3 * C_ * esize_;
   const size_t out_seq = static_cast<size_t>(T_) * C_ * esize_;
+  const int nthreads = std::min(B, omp_get_max_threads());
+  EnsureThreads(nthreads);
+#pragma omp parallel for num_threads(nthreads) schedule(dynamic, 1)
   for (int b = 0; b < B; ++b) {
+    ThreadScratch& ts = *threads_[omp_get_thread_num()];
     const char* qkv_b = static_cast<const char*>(qkv) + b * qkv_seq;
-    Probabilities(qkv_b);
-    pv_.Run(p_, qkv_b + 2 * C_ * esize_, static_cast<char*>(out) + b * out_seq);
+    Probabilities(ts, qkv_b);
+    pv_.RunOn(ts.stream, ts.scratchpad, ts.p, qkv_b + 2 * head_bytes_,
+              static_cast<char*>(out) + b * out_seq);
+  }
+}
+
+void CausalAttention::EnsureThreads(int nthreads) {
+  while (static_cast<int>(threads_.size()) < nthreads) {
+    auto ts = std::make_unique<ThreadScratch>(
+        env_->engine, per_thread_bytes_ + scratchpad_bytes_);
+    const size_t n = static_cast<size_t>(H_) * T_ * T_;
+    char* base = ts->buffer.data();
+    base += (64 - reinterpret_cast<uintptr_t>(base) % 64) % 64;
+    ts->s = reinterpret_cast<float*>(base);
+    base += (n * 4 + 63) / 64 * 64;
+    ts->p = base;
+    base += (n * esize_ + 63) / 64 * 64;
+    ts->dp = base;
+    base += (n * esize_ + 63) / 64 * 64;
+    ts->ds = base;
+    base += (n * esize_ + 63) / 64 * 64;
+    ts->scratchpad = base;
+    threads_.push_back(std::move(ts));
   }
 }
 
@@ -365,20 +505,27 @@ void CausalAttention::Backward(const void* qkv, const void* dout, int B,
                                void* dqkv) {
   const size_t qkv_seq = static_cast<size_t>(T_) * 3 * C_ * esize_;
   const size_t out_seq = static_cast<size_t>(T_) * C_ * esize_;
+  const int nthreads = std::min(B, omp_get_max_threads());
+  EnsureThreads(nthreads);
+#pragma omp parallel for num_threads(nthreads) schedule(dynamic, 1)
   for (int b = 0; b < B; ++b) {
+    ThreadScratch& ts = *threads_[omp_get_thread_num()];
     const char* qkv_b = static_cast<const char*>(qkv) + b * qkv_seq;
     const char* dout_b = static_cast<const char*>(dout) + b * out_seq;
     char* dqkv_b = static_cast<char*>(dqkv) + b * qkv_seq;
-    Probabilities(qkv_b);
-    dp_mm_.Run(dout_b, qkv_b + 2 * C_ * esize_, dp_);
-    dv_mm_.Run(p_, dout_b, dqkv_b + 2 * C_ * esize_);
-    softmax_bwd_.execute(env_->stream,
-                         {{DNNL_ARG_DST, Mem(p_md_, env_, p_)},
-                          {DNNL_ARG_DIFF_DST, Mem(p_md_, env_, dp_)},
-                          {DNNL_ARG_DIFF_SRC, Mem(p_md_, env_, ds_)}});
-    env_->stream.wait();
-    dq_mm_.Run(ds_, qkv_b + C_ * esize_, dqkv_b);
-    dk_mm_.Run(ds_, qkv_b, dqkv_b + C_ * esize_);
+    Probabilities(ts, qkv_b);
+    dp_mm_.RunOn(ts.stream, ts.scratchpad, dout_b, qkv_b + 2 * head_bytes_,
+                 ts.dp);
+    dv_mm_.RunOn(ts.stream, ts.scratchpad, ts.p, dout_b,
+                 dqkv_b + 2 * head_bytes_);
+    softmax_bwd_.execute(ts.stream,
+                         {{DNNL_ARG_DST, Mem(p_md_, env_, ts.p)},
+                          {DNNL_ARG_DIFF_DST, Mem(p_md_, env_, ts.dp)},
+                          {DNNL_ARG_DIFF_SRC, Mem(p_md_, env_, ts.ds)},
+                          {DNNL_ARG_SCRATCHPAD,
+                           Mem(softmax_bwd_scratch_md_, env_, ts.scratchpad)}});
+    dq_mm_.RunOn(ts.stream, ts.scratchpad, ts.ds, qkv_b + head_bytes_, dqkv_b);
+    dk_mm_.RunOn(ts.stream, ts.scratchpad, ts.ds, qkv_b, dqkv_b + head_bytes_);
   }
 }
 

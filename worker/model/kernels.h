@@ -55,10 +55,20 @@ class Matmul {
     bool add = false;      // binary add of D, f32 with `add_md`
     dnnl::memory::desc add_md;
     float scale = 1.0f;
+    // The caller passes scratch memory to RunOn (so that several threads
+    // can run the primitive at once, each with its own scratchpad).
+    bool user_scratchpad = false;
   };
   Matmul(DnnlEnv* env, const Desc& desc);
   void Run(const void* a, const void* b, void* c, const float* bias = nullptr,
            const void* add = nullptr);
+  // Runs on `stream` with `scratchpad` (scratchpad_bytes() long) when the
+  // Desc asked for user_scratchpad; no bias or add.
+  void RunOn(dnnl::stream& stream, void* scratchpad, const void* a,
+             const void* b, void* c);
+  size_t scratchpad_bytes() const;
+  // The weights layout the primitive runs with (b's, unless b was `any`).
+  const dnnl::memory::desc& weights_md() const { return weights_md_; }
   // The implementation oneDNN picked (e.g. "brg:avx512_core").
   std::string impl() const;
 
@@ -68,6 +78,7 @@ class Matmul {
   dnnl::matmul::primitive_desc pd_;
   dnnl::matmul prim_;
   dnnl::memory::desc bias_md_;
+  dnnl::memory::desc weights_md_;
 };
 
 // A linear layer y = x W^T + b on M rows with the (out, in) weight of the
@@ -82,12 +93,21 @@ class Linear {
     dt dx_type = dt::f32;    // backward-data output
     bool residual = false;   // forward adds an f32 (M, N) residual: y = xW^T+b+r
     bool bias = true;        // forward adds an f32 (N) bias
+    // Forward and BackwardData take W in the layouts oneDNN prefers
+    // (format_tag::any, blocked), written by PrepareWeights once per step.
+    bool blocked_weights = false;
   };
   Linear(DnnlEnv* env, const Options& options);
-  // x (M, K) cdt, w (N, K) cdt, b (N) f32, residual (M, N) f32 or nullptr.
+  // Blocked weights: writes the forward and backward-data copies of W from
+  // the f32 (N, K) arena tensor (fwd_weights_bytes() / bwd_weights_bytes()).
+  void PrepareWeights(const float* w, void* fwd, void* bwd);
+  size_t fwd_weights_bytes() const;
+  size_t bwd_weights_bytes() const;
+  // x (M, K) cdt; w (N, K) cdt, or the forward copy when blocked; b (N) f32;
+  // residual (M, N) f32 or nullptr.
   void Forward(const void* x, const void* w, const float* b,
                const float* residual, void* y);
-  // dx (M, K) = dy W.
+  // dx (M, K) = dy W (w: (N, K) cdt, or the backward copy when blocked).
   void BackwardData(const void* dy, const void* w, void* dx);
   // dw (N, K) = dy^T x (f32); db (N) = column sums of dy (f32), skipped
   // when db is nullptr.
@@ -98,6 +118,9 @@ class Linear {
  private:
   Options options_;
   Matmul fwd_, bwd_data_, bwd_weights_;
+  DnnlEnv* env_;
+  dnnl::memory::desc w_t_f32_, w_f32_;  // (K, N) view and (N, K) of the arena
+  dnnl::reorder to_fwd_, to_bwd_;
 };
 
 // Row-wise LayerNorm of (M, C) f32 with gain and bias (eps given); saves
@@ -151,37 +174,70 @@ class Convert {
   dnnl::reorder prim_;
 };
 
+// A layout permutation of a tensor with `dims`: element i of the source
+// (strides src_strides) goes to the same index of the destination
+// (dst_strides). Used to move q, k, v between the row-major (B, T, 3, H, hd)
+// the qkv projection writes and the head-major (B, 3, H, T, hd) attention
+// reads. Reference: the index loop in the tests.
+class Permute {
+ public:
+  Permute(DnnlEnv* env, const Dims& dims, const Dims& src_strides,
+          const Dims& dst_strides, dt type);
+  void Run(const void* src, void* dst);
+
+ private:
+  DnnlEnv* env_;
+  dnnl::memory::desc src_md_, dst_md_;
+  dnnl::reorder prim_;
+};
+
+// The four permutations around attention for (B, T) and C = H hd channels.
+struct HeadLayout {
+  HeadLayout(DnnlEnv* env, int B, int T, int C, int H, dt cdt);
+  Permute qkv_to_heads;    // (B, T, 3C) -> (B, 3, H, T, hd)
+  Permute out_from_heads;  // (B, H, T, hd) -> (B, T, C)
+  Permute dout_to_heads;   // (B, T, C) -> (B, H, T, hd)
+  Permute dqkv_from_heads; // (B, 3, H, T, hd) -> (B, T, 3C)
+};
+
 // Causal multi-head self-attention over sequences of length T with C = H hd
-// channels: qkv (B, T, 3C) -> out (B, T, C), in `cdt`. One sequence at a
-// time, all H heads of it together: S = QK^T/sqrt(hd) + causal mask (f32),
-// P = softmax(S) (cdt), O = PV. The backward recomputes S and P, so the only
-// T x T buffers are this object's per-head scratch for one sequence.
-// Reference: ref::AttentionForward / AttentionBackward.
+// channels, on head-major tensors: qkv (B, 3, H, T, hd) -> out (B, H, T, hd),
+// in `cdt`, so every head's q, k, v, o is a dense (T, hd) block (oneDNN's
+// brgemm kernels need dense operands). Each thread takes whole sequences,
+// all H heads of one together: S = QK^T/sqrt(hd) + causal mask (f32),
+// P = softmax(S) (cdt), O = PV, each oneDNN call single-threaded inside one
+// parallel loop over sequences. The backward recomputes S and P, so the
+// only T x T buffers are one sequence's per-head scratch per thread.
+// Reference: ref::AttentionForward / AttentionBackward (row-major; the tests
+// compose them with HeadLayout).
 class CausalAttention {
  public:
   CausalAttention(DnnlEnv* env, int T, int C, int H, dt cdt);
+  ~CausalAttention();
   void Forward(const void* qkv, int B, void* out);
-  // dqkv (B, T, 3C) overwritten.
+  // dqkv (B, 3, H, T, hd) overwritten.
   void Backward(const void* qkv, const void* dout, int B, void* dqkv);
-  // Bytes of T x T scratch this object holds.
-  size_t scratch_bytes() const { return scratch_.size(); }
+  // Bytes of T x T scratch one thread uses (scores f32 + P, dP, dS).
+  size_t scratch_bytes() const { return per_thread_bytes_; }
+  std::string impl() const;
 
  private:
-  void Probabilities(const char* qkv_b);  // S and P of one sequence
+  struct ThreadScratch;
+  void EnsureThreads(int nthreads);
+  void Probabilities(ThreadScratch& ts, const char* qkv_b);
   DnnlEnv* env_;
   int T_, C_, H_;
   dt cdt_;
   size_t esize_;
-  std::vector<float> mask_;  // (T, T): 0 on and below the diagonal
-  std::vector<char> scratch_;
-  float* s_;   // (H, T, T) f32 scores
-  void* p_;    // (H, T, T) cdt probabilities
-  void* dp_;   // (H, T, T) cdt
-  void* ds_;   // (H, T, T) cdt
+  size_t head_bytes_;  // one of q, k, v of one sequence: H T hd elements
+  size_t per_thread_bytes_ = 0;
+  size_t scratchpad_bytes_ = 0;
+  std::vector<std::unique_ptr<ThreadScratch>> threads_;
   Matmul qk_, pv_, dp_mm_, dv_mm_, dq_mm_, dk_mm_;
   dnnl::softmax_v2_forward softmax_fwd_;
   dnnl::softmax_v2_backward softmax_bwd_;
   dnnl::memory::desc s_md_, p_md_;
+  dnnl::memory::desc softmax_fwd_scratch_md_, softmax_bwd_scratch_md_;
 };
 
 // Fused softmax + cross-entropy over rows of logits (M, V) f32: returns the

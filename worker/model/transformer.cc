@@ -2,6 +2,7 @@
 
 #include <omp.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -15,7 +16,10 @@ using kernels::dt;
 
 namespace {
 constexpr float kLayerNormEps = 1e-5f;
-constexpr int kMaxPlans = 16;
+// Each plan holds its primitives and a blocked copy of the weights (two per
+// matrix), so keep few: training uses one shape, generation a handful.
+constexpr int kMaxPlans = 4;
+enum LinearKind { kQkv = 0, kProj = 1, kFc = 2, kFc2 = 3 };
 }  // namespace
 
 // The primitives for one (batch, length) shape. M = B * T rows.
@@ -25,9 +29,55 @@ struct TransformerModel::Plan {
   std::unique_ptr<kernels::LayerNorm> ln;
   std::unique_ptr<kernels::Gelu> gelu;
   std::unique_ptr<kernels::CausalAttention> attn;
+  std::unique_ptr<kernels::HeadLayout> heads;
   std::unique_ptr<kernels::Convert> to_c_d;    // (M, d) f32 -> cdt
   std::unique_ptr<kernels::Convert> to_c_v;    // (M, 256) f32 -> cdt
+  // This step's weights in the layouts the primitives chose (format_tag
+  // any): forward and backward-data copies of every matrix, written by
+  // Prepare() from the f32 arena.
+  struct Weights {
+    void* fwd = nullptr;
+    void* bwd = nullptr;
+  };
+  std::vector<std::array<Weights, 4>> layer_w;  // [layer][LinearKind]
+  Weights head_w;
+  std::unique_ptr<char, decltype(&std::free)> wbuf{nullptr, &std::free};
+  kernels::Linear* linear(int kind) const {
+    switch (kind) {
+      case kQkv: return qkv.get();
+      case kProj: return proj.get();
+      case kFc: return fc.get();
+      default: return fc2.get();
+    }
+  }
 };
+
+// Adds the scope's duration to profile_[op] when profiling is on.
+class TransformerModel::OpTimer {
+ public:
+  OpTimer(TransformerModel* model, Op op) : model_(model), op_(op) {
+    if (model_->profile_on_) start_ = std::chrono::steady_clock::now();
+  }
+  ~OpTimer() {
+    if (model_->profile_on_) {
+      model_->profile_[op_] += std::chrono::duration<double>(
+                                   std::chrono::steady_clock::now() - start_)
+                                   .count();
+    }
+  }
+
+ private:
+  TransformerModel* model_;
+  Op op_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+const char* TransformerModel::OpName(int op) {
+  static const char* const kNames[kOpCount] = {
+      "embed", "layernorm", "qkv", "attention", "proj", "fc", "gelu",
+      "fc2", "head", "cross_entropy", "convert", "residual"};
+  return op >= 0 && op < kOpCount ? kNames[op] : "?";
+}
 
 TransformerModel::TransformerModel(const ModelConfig& config,
                                    std::shared_ptr<const ArenaLayout> layout,
@@ -83,7 +133,7 @@ absl::Status TransformerModel::AllocateWorkspace() {
     add(reinterpret_cast<void**>(&a.mean2), 4 * M);
     add(reinterpret_cast<void**>(&a.var2), 4 * M);
     add(&a.ln1, cs * M * d);
-    add(&a.qkv, cs * M * 3 * d);
+    add(&a.qkvh, cs * M * 3 * d);
     add(&a.att, cs * M * d);
     add(reinterpret_cast<void**>(&a.x_mid), 4 * M * d);
     add(&a.ln2, cs * M * d);
@@ -98,7 +148,6 @@ absl::Status TransformerModel::AllocateWorkspace() {
     add(&dlogits_c_, cs * M * kVocabSize);
     add(reinterpret_cast<void**>(&ln_tmp_), 4 * M * d);
     add(&dres_c_, cs * M * d);
-    add(&wc_, cs * layout_->total_floats());
   }
   add(reinterpret_cast<void**>(&dres_[0]), 4 * M * d);
   add(reinterpret_cast<void**>(&dres_[1]), 4 * M * d);
@@ -107,6 +156,10 @@ absl::Status TransformerModel::AllocateWorkspace() {
   add(&d4a_, cs * M * 4 * d);
   add(&d4b_, cs * M * 4 * d);
   add(&dqkv_, cs * M * 3 * d);
+  add(&qkv_tmp_, cs * M * 3 * d);
+  add(&oh_, cs * M * d);
+  add(&doh_, cs * M * d);
+  add(&dqkvh_, cs * M * 3 * d);
   add(&datt_, cs * M * d);
   size_t total = 0;
   for (auto& [p, bytes] : slots) total += (bytes + 63) / 64 * 64;
@@ -120,16 +173,6 @@ absl::Status TransformerModel::AllocateWorkspace() {
   for (auto& [p, bytes] : slots) {
     *p = workspace_ + offset;
     offset += (bytes + 63) / 64 * 64;
-  }
-  if (bf16) {
-    try {
-      weights_to_c_ = std::make_unique<kernels::Convert>(
-          &env_, static_cast<int64_t>(layout_->total_floats()), dt::f32,
-          dt::bf16);
-    } catch (const dnnl::error& e) {
-      return absl::InternalError(
-          absl::StrCat("oneDNN bf16 weight conversion: ", e.what()));
-    }
   }
   return absl::OkStatus();
 }
@@ -156,6 +199,7 @@ absl::StatusOr<TransformerModel::Plan*> TransformerModel::GetPlan(int batch,
       o.dx_type = dx_type;
       o.residual = residual;
       o.bias = bias;
+      o.blocked_weights = true;
       return std::make_unique<Linear>(&env_, o);
     };
     plan->qkv = linear(d, 3 * d, cdt_, dt::f32, false, true);
@@ -168,12 +212,43 @@ absl::StatusOr<TransformerModel::Plan*> TransformerModel::GetPlan(int batch,
         std::make_unique<kernels::Gelu>(&env_, int64_t{M} * 4 * d, cdt_);
     plan->attn = std::make_unique<kernels::CausalAttention>(
         &env_, length, d, config_.heads, cdt_);
+    plan->heads = std::make_unique<kernels::HeadLayout>(
+        &env_, batch, length, d, config_.heads, cdt_);
     if (cdt_ == dt::bf16) {
       plan->to_c_d = std::make_unique<kernels::Convert>(
           &env_, int64_t{M} * d, dt::f32, cdt_);
       plan->to_c_v = std::make_unique<kernels::Convert>(
           &env_, int64_t{M} * kVocabSize, dt::f32, cdt_);
     }
+    // Blocked weight copies: one allocation for all layers and the head.
+    size_t total = 0;
+    auto bytes = [](size_t b) { return (b + 63) / 64 * 64; };
+    for (int kind = kQkv; kind <= kFc2; ++kind) {
+      total += config_.layers * (bytes(plan->linear(kind)->fwd_weights_bytes()) +
+                                 bytes(plan->linear(kind)->bwd_weights_bytes()));
+    }
+    total += bytes(plan->head->fwd_weights_bytes()) +
+             bytes(plan->head->bwd_weights_bytes());
+    plan->wbuf.reset(static_cast<char*>(std::aligned_alloc(64, total)));
+    if (plan->wbuf == nullptr) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("blocked weights of ", total, " bytes"));
+    }
+    char* next = plan->wbuf.get();
+    auto take = [&](size_t b) {
+      char* p = next;
+      next += bytes(b);
+      return p;
+    };
+    plan->layer_w.resize(config_.layers);
+    for (int l = 0; l < config_.layers; ++l) {
+      for (int kind = kQkv; kind <= kFc2; ++kind) {
+        plan->layer_w[l][kind].fwd = take(plan->linear(kind)->fwd_weights_bytes());
+        plan->layer_w[l][kind].bwd = take(plan->linear(kind)->bwd_weights_bytes());
+      }
+    }
+    plan->head_w.fwd = take(plan->head->fwd_weights_bytes());
+    plan->head_w.bwd = take(plan->head->bwd_weights_bytes());
   } catch (const dnnl::error& e) {
     return absl::InternalError(
         absl::StrCat("oneDNN could not build the primitives for batch ", batch,
@@ -216,14 +291,24 @@ absl::Status TransformerModel::Prepare(const FloatArena& params, int batch,
   SetThreads();
   ASSIGN_OR_RETURN(plan_, GetPlan(batch, length));
   params_ = &params;
-  if (cdt_ == dt::bf16) weights_to_c_->Run(params.data(), wc_);
+  try {
+    OpTimer timer(this, kOpConvert);
+    for (int l = 0; l < config_.layers; ++l) {
+      const BlockTensorIndex& w = index_.blocks[l];
+      const int entries[4] = {w.qkv_w, w.proj_w, w.fc_w, w.fc2_w};
+      for (int kind = kQkv; kind <= kFc2; ++kind) {
+        plan_->linear(kind)->PrepareWeights(P(entries[kind]),
+                                            plan_->layer_w[l][kind].fwd,
+                                            plan_->layer_w[l][kind].bwd);
+      }
+    }
+    plan_->head->PrepareWeights(P(index_.head_w), plan_->head_w.fwd,
+                                plan_->head_w.bwd);
+  } catch (const dnnl::error& e) {
+    return absl::InternalError(
+        absl::StrCat("oneDNN weight reorder: ", e.what()));
+  }
   return absl::OkStatus();
-}
-
-const void* TransformerModel::W(int entry) const {
-  const size_t offset = layout_->entries()[entry].offset;
-  if (cdt_ == dt::bf16) return static_cast<const uint16_t*>(wc_) + offset;
-  return params_->data() + offset;
 }
 
 const float* TransformerModel::P(int entry) const {
@@ -240,9 +325,14 @@ float* TransformerModel::dx(int i) { return dres_[i]; }
 void TransformerModel::LayerNormToCompute(const float* x, int w, int b,
                                           float* mean, float* var, void* out) {
   if (cdt_ == dt::bf16) {
-    plan_->ln->Forward(x, P(w), P(b), ln_tmp_, mean, var);
+    {
+      OpTimer timer(this, kOpLayerNorm);
+      plan_->ln->Forward(x, P(w), P(b), ln_tmp_, mean, var);
+    }
+    OpTimer timer(this, kOpConvert);
     plan_->to_c_d->Run(ln_tmp_, out);
   } else {
+    OpTimer timer(this, kOpLayerNorm);
     plan_->ln->Forward(x, P(w), P(b), static_cast<float*>(out), mean, var);
   }
 }
@@ -251,6 +341,7 @@ void TransformerModel::LayerNormToCompute(const float* x, int w, int b,
 
 void TransformerModel::EmbedForward(const uint8_t* tokens, int token_stride,
                                     float* x_out) {
+  OpTimer timer(this, kOpEmbed);
   kernels::EmbeddingForward(tokens, token_stride, P(index_.tok_emb),
                             P(index_.pos_emb), plan_->B, plan_->T,
                             config_.d_model, x_out);
@@ -264,17 +355,35 @@ void TransformerModel::BlockForward(int layer, const float* x_in,
   // (B, T, d) -> LN1 -> (B, T, d)
   LayerNormToCompute(x_in, w.ln1_w, w.ln1_b, a.mean1, a.var1, a.ln1);
   // (B, T, d) -> (B, T, 3d)
-  p.qkv->Forward(a.ln1, W(w.qkv_w), P(w.qkv_b), nullptr, a.qkv);
-  // (B, T, 3d) -> (B, T, d)
-  p.attn->Forward(a.qkv, p.B, a.att);
+  {
+    OpTimer timer(this, kOpQkv);
+    p.qkv->Forward(a.ln1, p.layer_w[layer][kQkv].fwd, P(w.qkv_b), nullptr, qkv_tmp_);
+  }
+  // (B, T, 3d) -> head-major (B, 3, H, T, hd) -> (B, H, T, hd) -> (B, T, d)
+  {
+    OpTimer timer(this, kOpAttention);
+    p.heads->qkv_to_heads.Run(qkv_tmp_, a.qkvh);
+    p.attn->Forward(a.qkvh, p.B, oh_);
+    p.heads->out_from_heads.Run(oh_, a.att);
+  }
   // x_mid = x_in + att W_proj^T + b
-  p.proj->Forward(a.att, W(w.proj_w), P(w.proj_b), x_in, a.x_mid);
+  {
+    OpTimer timer(this, kOpProj);
+    p.proj->Forward(a.att, p.layer_w[layer][kProj].fwd, P(w.proj_b), x_in, a.x_mid);
+  }
   LayerNormToCompute(a.x_mid, w.ln2_w, w.ln2_b, a.mean2, a.var2, a.ln2);
   // (B, T, d) -> (B, T, 4d) -> GELU
-  p.fc->Forward(a.ln2, W(w.fc_w), P(w.fc_b), nullptr, a.h);
-  p.gelu->Forward(a.h, a.g);
+  {
+    OpTimer timer(this, kOpFc);
+    p.fc->Forward(a.ln2, p.layer_w[layer][kFc].fwd, P(w.fc_b), nullptr, a.h);
+  }
+  {
+    OpTimer timer(this, kOpGelu);
+    p.gelu->Forward(a.h, a.g);
+  }
   // x_out = x_mid + g W_fc2^T + b
-  p.fc2->Forward(a.g, W(w.fc2_w), P(w.fc2_b), a.x_mid, x_out);
+  OpTimer timer(this, kOpFc2);
+  p.fc2->Forward(a.g, p.layer_w[layer][kFc2].fwd, P(w.fc2_b), a.x_mid, x_out);
 }
 
 double TransformerModel::DecoderForward(const float* x,
@@ -282,7 +391,11 @@ double TransformerModel::DecoderForward(const float* x,
                                         int target_stride, bool want_grad) {
   LayerNormToCompute(x, index_.lnf_w, index_.lnf_b, meanf_, varf_, lnf_);
   // (B, T, d) -> (B, T, 256) f32
-  plan_->head->Forward(lnf_, W(index_.head_w), nullptr, nullptr, logits_);
+  {
+    OpTimer timer(this, kOpHead);
+    plan_->head->Forward(lnf_, plan_->head_w.fwd, nullptr, nullptr, logits_);
+  }
+  OpTimer timer(this, kOpCrossEntropy);
   return kernels::FusedCrossEntropy(logits_, targets, target_stride, plan_->B,
                                     plan_->T, kVocabSize, want_grad);
 }
@@ -294,11 +407,16 @@ void TransformerModel::DecoderBackward(const float* x, float* dx,
   Plan& p = *plan_;
   const void* dlogits = logits_;
   if (cdt_ == dt::bf16) {
+    OpTimer timer(this, kOpConvert);
     p.to_c_v->Run(logits_, dlogits_c_);
     dlogits = dlogits_c_;
   }
-  p.head->BackwardWeights(lnf_, dlogits, G(grads, index_.head_w), nullptr);
-  p.head->BackwardData(dlogits, W(index_.head_w), dln_);
+  {
+    OpTimer timer(this, kOpHead);
+    p.head->BackwardWeights(lnf_, dlogits, G(grads, index_.head_w), nullptr);
+    p.head->BackwardData(dlogits, p.head_w.bwd, dln_);
+  }
+  OpTimer timer(this, kOpLayerNorm);
   p.ln->Backward(x, P(index_.lnf_w), meanf_, varf_, dln_, dx,
                  G(grads, index_.lnf_w), G(grads, index_.lnf_b));
 }
@@ -313,35 +431,68 @@ void TransformerModel::BlockBackward(int layer, const float* dx_out,
   // MLP: dx_out -> d g -> d h -> d ln2 -> d x_mid (+ residual).
   const void* dy = dx_out;
   if (cdt_ == dt::bf16) {
+    OpTimer timer(this, kOpConvert);
     p.to_c_d->Run(dx_out, dres_c_);
     dy = dres_c_;
   }
-  p.fc2->BackwardWeights(a.g, dy, G(grads, w.fc2_w), G(grads, w.fc2_b));
-  p.fc2->BackwardData(dy, W(w.fc2_w), d4a_);
-  p.gelu->Backward(a.h, d4a_, d4b_);
-  p.fc->BackwardWeights(a.ln2, d4b_, G(grads, w.fc_w), G(grads, w.fc_b));
-  p.fc->BackwardData(d4b_, W(w.fc_w), dln_);
-  p.ln->Backward(a.x_mid, P(w.ln2_w), a.mean2, a.var2, dln_, dmid_,
-                 G(grads, w.ln2_w), G(grads, w.ln2_b));
-  kernels::AddInPlace(dx_out, md, dmid_);
+  {
+    OpTimer timer(this, kOpFc2);
+    p.fc2->BackwardWeights(a.g, dy, G(grads, w.fc2_w), G(grads, w.fc2_b));
+    p.fc2->BackwardData(dy, p.layer_w[layer][kFc2].bwd, d4a_);
+  }
+  {
+    OpTimer timer(this, kOpGelu);
+    p.gelu->Backward(a.h, d4a_, d4b_);
+  }
+  {
+    OpTimer timer(this, kOpFc);
+    p.fc->BackwardWeights(a.ln2, d4b_, G(grads, w.fc_w), G(grads, w.fc_b));
+    p.fc->BackwardData(d4b_, p.layer_w[layer][kFc].bwd, dln_);
+  }
+  {
+    OpTimer timer(this, kOpLayerNorm);
+    p.ln->Backward(a.x_mid, P(w.ln2_w), a.mean2, a.var2, dln_, dmid_,
+                   G(grads, w.ln2_w), G(grads, w.ln2_b));
+  }
+  {
+    OpTimer timer(this, kOpResidual);
+    kernels::AddInPlace(dx_out, md, dmid_);
+  }
   // Attention: d x_mid -> d att -> d qkv -> d ln1 -> d x_in (+ residual).
   dy = dmid_;
   if (cdt_ == dt::bf16) {
+    OpTimer timer(this, kOpConvert);
     p.to_c_d->Run(dmid_, dres_c_);
     dy = dres_c_;
   }
-  p.proj->BackwardWeights(a.att, dy, G(grads, w.proj_w), G(grads, w.proj_b));
-  p.proj->BackwardData(dy, W(w.proj_w), datt_);
-  p.attn->Backward(a.qkv, datt_, p.B, dqkv_);
-  p.qkv->BackwardWeights(a.ln1, dqkv_, G(grads, w.qkv_w), G(grads, w.qkv_b));
-  p.qkv->BackwardData(dqkv_, W(w.qkv_w), dln_);
-  p.ln->Backward(x_in, P(w.ln1_w), a.mean1, a.var1, dln_, dx_in,
-                 G(grads, w.ln1_w), G(grads, w.ln1_b));
+  {
+    OpTimer timer(this, kOpProj);
+    p.proj->BackwardWeights(a.att, dy, G(grads, w.proj_w), G(grads, w.proj_b));
+    p.proj->BackwardData(dy, p.layer_w[layer][kProj].bwd, datt_);
+  }
+  {
+    OpTimer timer(this, kOpAttention);
+    p.heads->dout_to_heads.Run(datt_, doh_);
+    p.attn->Backward(a.qkvh, doh_, p.B, dqkvh_);
+    p.heads->dqkv_from_heads.Run(dqkvh_, dqkv_);
+  }
+  {
+    OpTimer timer(this, kOpQkv);
+    p.qkv->BackwardWeights(a.ln1, dqkv_, G(grads, w.qkv_w), G(grads, w.qkv_b));
+    p.qkv->BackwardData(dqkv_, p.layer_w[layer][kQkv].bwd, dln_);
+  }
+  {
+    OpTimer timer(this, kOpLayerNorm);
+    p.ln->Backward(x_in, P(w.ln1_w), a.mean1, a.var1, dln_, dx_in,
+                   G(grads, w.ln1_w), G(grads, w.ln1_b));
+  }
+  OpTimer timer(this, kOpResidual);
   kernels::AddInPlace(dmid_, md, dx_in);
 }
 
 void TransformerModel::EmbedBackward(const uint8_t* tokens, int token_stride,
                                      const float* dx, float* grads) {
+  OpTimer timer(this, kOpEmbed);
   kernels::EmbeddingBackward(tokens, token_stride, dx, plan_->B, plan_->T,
                              config_.d_model, kVocabSize, config_.context,
                              G(grads, index_.tok_emb),
@@ -407,7 +558,7 @@ absl::Status TransformerModel::NextByteLogits(const FloatArena& params,
     // Targets are irrelevant here: use the prefix itself (loss discarded).
     LayerNormToCompute(x_[config_.layers], index_.lnf_w, index_.lnf_b, meanf_,
                        varf_, lnf_);
-    plan_->head->Forward(lnf_, W(index_.head_w), nullptr, nullptr, logits_);
+    plan_->head->Forward(lnf_, plan_->head_w.fwd, nullptr, nullptr, logits_);
     std::memcpy(logits, logits_ + int64_t{length - 1} * kVocabSize,
                 sizeof(float) * kVocabSize);
     return absl::OkStatus();
@@ -427,7 +578,8 @@ double TransformerModel::TrainingFlops(int batch, int length) const {
 
 std::string TransformerModel::KernelReport() const {
   if (plan_ == nullptr) return "no plan yet";
-  return absl::StrCat("qkv: ", plan_->qkv->impl(), "\nproj: ",
+  return absl::StrCat("attention: ", plan_->attn->impl(),
+                      "\nqkv: ", plan_->qkv->impl(), "\nproj: ",
                       plan_->proj->impl(), "\nfc: ", plan_->fc->impl(),
                       "\nfc2: ", plan_->fc2->impl(), "\nhead: ",
                       plan_->head->impl());

@@ -16,7 +16,9 @@
 #ifndef GASLOC_WORKER_MODEL_TRANSFORMER_H_
 #define GASLOC_WORKER_MODEL_TRANSFORMER_H_
 
+#include <array>
 #include <map>
+#include <string>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -49,7 +51,8 @@ class TransformerModel final : public Model {
   // this model's layout (only the part's own tensors are written).
 
   // Checks arguments, selects (or builds) the primitives for (B, T), sets
-  // the thread count and, in bf16, converts the weights once.
+  // the thread count and writes the weights, once, in the compute type and
+  // the blocked layouts the matmuls run with.
   absl::Status Prepare(const FloatArena& params, int batch, int length);
   void EmbedForward(const uint8_t* tokens, int token_stride, float* x_out);
   void BlockForward(int layer, const float* x_in, float* x_out);
@@ -70,6 +73,17 @@ class TransformerModel final : public Model {
   float* x(int l);
   float* dx(int i);
 
+  // Optional per-operation timing (off by default; for benchmarks): seconds
+  // spent in each kind of operation since the last ResetProfile().
+  enum Op {
+    kOpEmbed, kOpLayerNorm, kOpQkv, kOpAttention, kOpProj, kOpFc, kOpGelu,
+    kOpFc2, kOpHead, kOpCrossEntropy, kOpConvert, kOpResidual, kOpCount
+  };
+  static const char* OpName(int op);
+  void EnableProfile(bool on) { profile_on_ = on; }
+  void ResetProfile() { profile_.fill(0.0); }
+  const std::array<double, kOpCount>& profile() const { return profile_; }
+
   // What oneDNN picked for the main matmuls of the current plan (text).
   std::string KernelReport() const;
   // Bytes of workspace (activations, scratch, bf16 weights) this model owns.
@@ -77,9 +91,10 @@ class TransformerModel final : public Model {
 
  private:
   struct Plan;
+  class OpTimer;
   struct LayerActs {
     float* mean1; float* var1; float* mean2; float* var2;
-    void* ln1; void* qkv; void* att; float* x_mid; void* ln2; void* h;
+    void* ln1; void* qkvh; void* att; float* x_mid; void* ln2; void* h;
     void* g;
   };
   TransformerModel(const ModelConfig& config,
@@ -89,7 +104,6 @@ class TransformerModel final : public Model {
   absl::StatusOr<Plan*> GetPlan(int batch, int length);
   absl::Status CheckArena(const FloatArena& arena, const char* what) const;
   void SetThreads() const;
-  const void* W(int entry) const;          // weight in compute type
   const float* P(int entry) const;         // f32 parameter
   float* G(float* grads, int entry) const; // gradient slot
   // LayerNorm to the compute type (via f32 scratch in bf16).
@@ -123,9 +137,13 @@ class TransformerModel final : public Model {
   void* d4a_ = nullptr;
   void* d4b_ = nullptr;
   void* dqkv_ = nullptr;
+  void* qkv_tmp_ = nullptr;    // (B, T, 3d) before the head permutation
+  void* oh_ = nullptr;         // (B, H, T, hd) attention output
+  void* doh_ = nullptr;        // (B, H, T, hd) its gradient
+  void* dqkvh_ = nullptr;      // (B, 3, H, T, hd)
   void* datt_ = nullptr;
-  void* wc_ = nullptr;           // bf16 copy of the whole arena
-  std::unique_ptr<kernels::Convert> weights_to_c_;
+  bool profile_on_ = false;
+  std::array<double, kOpCount> profile_{};
 };
 
 }  // namespace gasloc

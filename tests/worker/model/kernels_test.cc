@@ -70,29 +70,42 @@ class KernelTest : public ::testing::TestWithParam<dt> {
 TEST_P(KernelTest, LinearMatchesReference) {
   const dt cdt = GetParam();
   const int M = 37, K = 48, N = 40;
-  Linear::Options o;
-  o.M = M; o.K = K; o.N = N; o.cdt = cdt; o.y_type = dt::f32;
-  o.dx_type = dt::f32; o.residual = true;
-  Linear linear(&env_, o);
-  Buf x(M * K, cdt), w(N * K, cdt), dy(M * N, cdt);
-  x.Set(Random(M * K, 1));
-  w.Set(Random(N * K, 2, 0.1f));
-  dy.Set(Random(M * N, 3));
-  const std::vector<float> b = Random(N, 4), r = Random(M * N, 5);
-  std::vector<float> y(M * N), dx(M * K), dw(N * K), db(N);
-  linear.Forward(x.data(), w.data(), b.data(), r.data(), y.data());
-  linear.BackwardData(dy.data(), w.data(), dx.data());
-  linear.BackwardWeights(x.data(), dy.data(), dw.data(), db.data());
-  std::vector<float> ry(M * N), rdx(M * K), rdw(N * K), rdb(N);
-  ref::LinearForward(x.f.data(), w.f.data(), b.data(), M, K, N, ry.data());
-  for (int i = 0; i < M * N; ++i) ry[i] += r[i];
-  ref::LinearBackward(x.f.data(), w.f.data(), dy.f.data(), M, K, N,
-                      rdx.data(), rdw.data(), rdb.data());
-  // f32 outputs from bf16 inputs: only accumulation order differs.
-  EXPECT_LT(RelErr(y, ry), 1e-5);
-  EXPECT_LT(RelErr(dx, rdx), 1e-5);
-  EXPECT_LT(RelErr(dw, rdw), 1e-5);
-  EXPECT_LT(RelErr(db, rdb), 1e-5);
+  for (bool blocked : {false, true}) {
+    SCOPED_TRACE(blocked ? "blocked weights" : "plain weights");
+    Linear::Options o;
+    o.M = M; o.K = K; o.N = N; o.cdt = cdt; o.y_type = dt::f32;
+    o.dx_type = dt::f32; o.residual = true; o.blocked_weights = blocked;
+    Linear linear(&env_, o);
+    Buf x(M * K, cdt), w(N * K, cdt), dy(M * N, cdt);
+    x.Set(Random(M * K, 1));
+    w.Set(Random(N * K, 2, 0.1f));
+    dy.Set(Random(M * N, 3));
+    const void* w_fwd = w.data();
+    const void* w_bwd = w.data();
+    std::vector<char> fwd_copy, bwd_copy;
+    if (blocked) {
+      fwd_copy.resize(linear.fwd_weights_bytes());
+      bwd_copy.resize(linear.bwd_weights_bytes());
+      linear.PrepareWeights(w.f.data(), fwd_copy.data(), bwd_copy.data());
+      w_fwd = fwd_copy.data();
+      w_bwd = bwd_copy.data();
+    }
+    const std::vector<float> b = Random(N, 4), r = Random(M * N, 5);
+    std::vector<float> y(M * N), dx(M * K), dw(N * K), db(N);
+    linear.Forward(x.data(), w_fwd, b.data(), r.data(), y.data());
+    linear.BackwardData(dy.data(), w_bwd, dx.data());
+    linear.BackwardWeights(x.data(), dy.data(), dw.data(), db.data());
+    std::vector<float> ry(M * N), rdx(M * K), rdw(N * K), rdb(N);
+    ref::LinearForward(x.f.data(), w.f.data(), b.data(), M, K, N, ry.data());
+    for (int i = 0; i < M * N; ++i) ry[i] += r[i];
+    ref::LinearBackward(x.f.data(), w.f.data(), dy.f.data(), M, K, N,
+                        rdx.data(), rdw.data(), rdb.data());
+    // f32 outputs from bf16 inputs: only accumulation order differs.
+    EXPECT_LT(RelErr(y, ry), 1e-5);
+    EXPECT_LT(RelErr(dx, rdx), 1e-5);
+    EXPECT_LT(RelErr(dw, rdw), 1e-5);
+    EXPECT_LT(RelErr(db, rdb), 1e-5);
+  }
 }
 
 TEST_P(KernelTest, LinearComputeTypeOutputsAndNoBias) {
@@ -138,12 +151,19 @@ TEST_P(KernelTest, CausalAttentionMatchesReference) {
   const dt cdt = GetParam();
   const int B = 3, T = 17, C = 24, H = 3;
   CausalAttention attn(&env_, T, C, H, cdt);
+  HeadLayout heads(&env_, B, T, C, H, cdt);
   Buf qkv(B * T * 3 * C, cdt), dout(B * T * C, cdt), out(B * T * C, cdt),
       dqkv(B * T * 3 * C, cdt);
+  Buf qkvh(B * T * 3 * C, cdt), douth(B * T * C, cdt), outh(B * T * C, cdt),
+      dqkvh(B * T * 3 * C, cdt);
   qkv.Set(Random(B * T * 3 * C, 11));
   dout.Set(Random(B * T * C, 12));
-  attn.Forward(qkv.data(), B, out.data());
-  attn.Backward(qkv.data(), dout.data(), B, dqkv.data());
+  heads.qkv_to_heads.Run(qkv.data(), qkvh.data());
+  attn.Forward(qkvh.data(), B, outh.data());
+  heads.out_from_heads.Run(outh.data(), out.data());
+  heads.dout_to_heads.Run(dout.data(), douth.data());
+  attn.Backward(qkvh.data(), douth.data(), B, dqkvh.data());
+  heads.dqkv_from_heads.Run(dqkvh.data(), dqkv.data());
   std::vector<float> rout(B * T * C), rdqkv(B * T * 3 * C);
   ref::AttentionForward(qkv.f.data(), B, T, C, H, rout.data());
   ref::AttentionBackward(qkv.f.data(), dout.f.data(), B, T, C, H,
@@ -155,6 +175,42 @@ TEST_P(KernelTest, CausalAttentionMatchesReference) {
   // compute-type copies), independent of B.
   EXPECT_LE(attn.scratch_bytes(),
             size_t{H} * T * T * (4 + 3 * DtSize(cdt)) + 5 * 64);
+}
+
+TEST_P(KernelTest, HeadLayoutPermutesAsDocumented) {
+  const dt type = GetParam();
+  const int B = 2, T = 5, C = 12, H = 3, hd = C / H;
+  HeadLayout heads(&env_, B, T, C, H, type);
+  std::vector<float> v(B * T * 3 * C);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i % 251);
+  Buf qkv(v.size(), type), qkvh(v.size(), type), back(v.size(), type);
+  qkv.Set(v);
+  heads.qkv_to_heads.Run(qkv.data(), qkvh.data());
+  heads.dqkv_from_heads.Run(qkvh.data(), back.data());
+  const std::vector<float> h = qkvh.Get();
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < T; ++t)
+      for (int j = 0; j < 3; ++j)
+        for (int hh = 0; hh < H; ++hh)
+          for (int i = 0; i < hd; ++i) {
+            const int row_major = ((b * T + t) * 3 + j) * C + hh * hd + i;
+            const int head_major = (((b * 3 + j) * H + hh) * T + t) * hd + i;
+            ASSERT_EQ(h[head_major], v[row_major]);
+          }
+  EXPECT_EQ(back.Get(), v);
+  Buf out(B * T * C, type), outh(B * T * C, type), out2(B * T * C, type);
+  out.Set(std::vector<float>(v.begin(), v.begin() + B * T * C));
+  heads.dout_to_heads.Run(out.data(), outh.data());
+  heads.out_from_heads.Run(outh.data(), out2.data());
+  const std::vector<float> oh = outh.Get();
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < T; ++t)
+      for (int hh = 0; hh < H; ++hh)
+        for (int i = 0; i < hd; ++i) {
+          ASSERT_EQ(oh[((b * H + hh) * T + t) * hd + i],
+                    v[(b * T + t) * C + hh * hd + i]);
+        }
+  EXPECT_EQ(out2.Get(), out.Get());
 }
 
 TEST_P(KernelTest, ConvertRoundTrips) {

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <random>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -157,6 +158,10 @@ struct PrecisionCase {
   double loss_tol;  // relative
   double grad_tol;  // per tensor, max error / max magnitude
 };
+
+void PrintTo(const PrecisionCase& c, std::ostream* os) {
+  *os << (c.precision == v1::PRECISION_BF16 ? "bf16" : "fp32");
+}
 
 class ModelVsReferenceTest : public ::testing::TestWithParam<PrecisionCase> {};
 
