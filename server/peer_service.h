@@ -14,6 +14,9 @@
 //               MODEL chunks, then OUTER_STATE chunks.
 //   Ping        this worker's id and the (job, round) it reports.
 //
+// On shutdown call Mailbox::Shutdown() before stopping the server: open
+// transfers and waiting streams then end at once with UNAVAILABLE.
+//
 // Thread safety: gRPC calls the handlers concurrently; the providers may
 // be (re)installed at any time from any thread.
 #ifndef GASLOC_SERVER_PEER_SERVICE_H_

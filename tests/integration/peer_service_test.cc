@@ -45,7 +45,7 @@ struct Node {
   static MailboxOptions Options(uint64_t id) {
     MailboxOptions options;
     options.self_id = id;
-    options.early_chunk_wait = absl::Milliseconds(400);
+    options.early_chunk_wait = absl::Seconds(5);
     return options;
   }
   Mailbox mailbox;
@@ -136,7 +136,7 @@ class PeerServiceTest : public ::testing::Test {
     Register();
     const absl::Time start = absl::Now();
     grpc::Status s = SendRaw(bad);
-    EXPECT_LT(absl::Now() - start, absl::Milliseconds(300)) << "not at once";
+    EXPECT_LT(absl::Now() - start, absl::Seconds(2)) << "not at once";
     EXPECT_EQ(s.error_code(), code) << s.error_message();
     EXPECT_THAT(s.error_message(), HasSubstr(message));
     EXPECT_EQ(scratch_, std::vector<float>(kArena, -7.0f));
@@ -261,7 +261,7 @@ TEST_F(PeerServiceTest, StreamCutInTheMiddleNeverCommits) {
 }
 
 TEST_F(PeerServiceTest, SenderThatStopsMidStreamHitsTheDeadline) {
-  Register(absl::Milliseconds(500));
+  Register(absl::Seconds(1));
   auto chunks = Chunks();
   auto channel =
       grpc::CreateChannel(b_.address, grpc::InsecureChannelCredentials());
@@ -273,7 +273,7 @@ TEST_F(PeerServiceTest, SenderThatStopsMidStreamHitsTheDeadline) {
   const absl::Time start = absl::Now();
   TransferOutcome out = Await();  // the sender goes quiet
   EXPECT_EQ(out.status.code(), absl::StatusCode::kDeadlineExceeded);
-  EXPECT_LT(absl::Now() - start, absl::Seconds(1));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
   // Its next chunk is refused with the transfer's fate.
   stream->Write(chunks[1]);
   stream->WritesDone();
@@ -288,7 +288,7 @@ TEST_F(PeerServiceTest, AbsentPeerTimesOutWithinTwiceTheDeadline) {
   const std::string nowhere =
       absl::StrCat("127.0.0.1:", testing::PickFreePort());
   ExchangeOptions options;
-  const absl::Duration deadline = absl::Milliseconds(500);
+  const absl::Duration deadline = absl::Seconds(1);
   const absl::Time start = absl::Now();
   options.deadline = start + deadline;
   OutgoingTransfer send{3, nowhere, model_a_, 0, kArena};

@@ -30,6 +30,14 @@ struct Mailbox::Transfer {
   }
 };
 
+namespace {
+
+absl::Status ShuttingDown() {
+  return absl::UnavailableError("the worker is shutting down");
+}
+
+}  // namespace
+
 Mailbox::Mailbox(MailboxOptions options) : options_(std::move(options)) {}
 Mailbox::~Mailbox() = default;
 
@@ -54,6 +62,7 @@ absl::Status Mailbox::Expect(const TransferKey& key,
   }
   const absl::Time now = absl::Now();
   absl::MutexLock lock(&mu_);
+  if (shut_down_) return ShuttingDown();
   auto finished = finished_below_.find(key.job_id);
   if (finished != finished_below_.end() && key.round < finished->second)
     return absl::FailedPreconditionError(
@@ -130,6 +139,17 @@ void Mailbox::FinishRound(uint64_t job_id, uint64_t round) {
   changed_.SignalAll();
 }
 
+void Mailbox::Shutdown() {
+  absl::MutexLock lock(&mu_);
+  shut_down_ = true;
+  for (auto& [key, transfer] : transfers_) {
+    FailLocked(*transfer,
+               absl::UnavailableError(absl::StrCat(
+                   transfer->Describe(), ": the worker is shutting down")));
+  }
+  changed_.SignalAll();
+}
+
 size_t Mailbox::pending() const {
   absl::MutexLock lock(&mu_);
   return transfers_.size();
@@ -194,6 +214,7 @@ absl::StatusOr<std::shared_ptr<Mailbox::Transfer>> Mailbox::Bind(
       std::min(deadline, absl::Now() + options_.early_chunk_wait);
   absl::MutexLock lock(&mu_);
   while (true) {
+    if (shut_down_) return ShuttingDown();
     auto it = transfers_.find(k);
     if (it != transfers_.end()) {
       Transfer& t = *it->second;

@@ -94,6 +94,11 @@ class Mailbox {
   // Marks every round <= `round` of `job_id` finished.
   void FinishRound(uint64_t job_id, uint64_t round);
 
+  // The worker is shutting down: every open transfer fails with
+  // UNAVAILABLE, chunks waiting for a registration are refused, and every
+  // later Expect or chunk is refused with UNAVAILABLE. Idempotent.
+  void Shutdown();
+
   // Number of registered transfers (for tests and status).
   size_t pending() const;
 
@@ -123,6 +128,7 @@ class Mailbox {
   // Per job: every round below this value is finished.
   std::map<uint64_t, uint64_t> finished_below_ ABSL_GUARDED_BY(mu_);
   std::set<Key> ended_ ABSL_GUARDED_BY(mu_);
+  bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
   std::deque<Key> ended_order_ ABSL_GUARDED_BY(mu_);
 };
 

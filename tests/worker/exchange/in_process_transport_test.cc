@@ -28,7 +28,7 @@ std::vector<float> Model(uint64_t worker) {
 
 MailboxOptions ShortWait() {
   MailboxOptions options;
-  options.early_chunk_wait = absl::Milliseconds(500);
+  options.early_chunk_wait = absl::Seconds(5);
   return options;
 }
 
@@ -129,12 +129,13 @@ TEST_F(InProcessTest, RingSegmentsMoveOnlyTheirRange) {
 TEST_F(InProcessTest, DroppedPeerTimesOutItsPartnerWithoutHanging) {
   net_.AddFault(InProcessFault::DropPeer(2));
   const absl::Time start = absl::Now();
-  PairResult r = Swap(absl::Milliseconds(200));
+  PairResult r = Swap(absl::Milliseconds(300));
   const absl::Duration took = absl::Now() - start;
   EXPECT_EQ(r.a[0].status.code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(r.a[1].status.code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_EQ(r.b[0].status.code(), absl::StatusCode::kUnavailable);
-  EXPECT_LT(took, absl::Milliseconds(400));
+  EXPECT_GE(took, absl::Milliseconds(300));
+  EXPECT_LT(took, absl::Milliseconds(1300));
   EXPECT_EQ(scratch_b_, std::vector<float>(kArena, 0.0f));
 }
 
@@ -182,8 +183,8 @@ TEST_F(InProcessTest, DelayWithinTheDeadlineStillSucceeds) {
 TEST_F(InProcessTest, SilentPeerMeansDeadlineExceededOnBothSides) {
   net_.AddFault(InProcessFault::Silent(2, 0));
   const absl::Time start = absl::Now();
-  PairResult r = Swap(absl::Milliseconds(200));
-  EXPECT_LT(absl::Now() - start, absl::Milliseconds(400));
+  PairResult r = Swap(absl::Milliseconds(300));
+  EXPECT_LT(absl::Now() - start, absl::Milliseconds(1300));
   EXPECT_EQ(r.a[1].status.code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_EQ(r.b[0].status.code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_TRUE(r.a[0].status.ok());

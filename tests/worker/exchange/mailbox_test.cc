@@ -23,7 +23,7 @@ constexpr size_t kArena = 1000;
 MailboxOptions Options() {
   MailboxOptions options;
   options.self_id = kSelf;
-  options.early_chunk_wait = absl::Milliseconds(300);
+  options.early_chunk_wait = absl::Seconds(2);
   return options;
 }
 
@@ -182,8 +182,8 @@ TEST_F(MailboxTest, ChunkNobodyRegistersIsRejectedAfterTheBoundedWait) {
   const absl::Duration waited = absl::Now() - start;
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(s.message(), HasSubstr("expects no transfer"));
-  EXPECT_GE(waited, absl::Milliseconds(290));
-  EXPECT_LT(waited, absl::Seconds(3));
+  EXPECT_GE(waited, absl::Milliseconds(1990));
+  EXPECT_LT(waited, absl::Seconds(5));
 }
 
 TEST_F(MailboxTest, EarlyWaitNeverOutlastsTheStreamDeadline) {
@@ -192,7 +192,7 @@ TEST_F(MailboxTest, EarlyWaitNeverOutlastsTheStreamDeadline) {
   const absl::Time start = absl::Now();
   EXPECT_FALSE(
       stream->Accept(chunks[0], start + absl::Milliseconds(50)).ok());
-  EXPECT_LT(absl::Now() - start, absl::Milliseconds(250));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1));
 }
 
 TEST_F(MailboxTest, FinishedRoundAndUnnamedSenderAreRejectedAtOnce) {
@@ -209,7 +209,7 @@ TEST_F(MailboxTest, FinishedRoundAndUnnamedSenderAreRejectedAtOnce) {
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(s.message(),
               HasSubstr("sender 8 is not a peer of worker 3 in round 12"));
-  EXPECT_LT(absl::Now() - start, absl::Milliseconds(200));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1));  // not the 2 s wait
   // The registered transfer is unharmed.
   auto stream = mailbox_.OpenStream();
   for (const auto& c : Chunks()) ASSERT_TRUE(stream->Accept(c, Soon()).ok());
@@ -230,7 +230,7 @@ TEST_F(MailboxTest, WrongJobFromAnExpectedSenderIsRejectedAtOnce) {
   absl::Status s = mailbox_.OpenStream()->Accept(other_job[0], Soon());
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(s.message(), HasSubstr("expects job 4"));
-  EXPECT_LT(absl::Now() - start, absl::Milliseconds(200));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1));
 }
 
 TEST_F(MailboxTest, DeadlinePassesMidTransfer) {
@@ -242,7 +242,7 @@ TEST_F(MailboxTest, DeadlinePassesMidTransfer) {
   TransferOutcome out = mailbox_.Await(key_, kPeer);
   EXPECT_EQ(out.status.code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_THAT(out.status.message(), HasSubstr("256 of 800"));
-  EXPECT_LT(absl::Now() - start, absl::Milliseconds(200));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1));
   // The late rest is refused and writes nothing.
   std::vector<float> before = buffer_;
   absl::Status late = stream->Accept(chunks[1], Soon());
@@ -265,6 +265,36 @@ TEST_F(MailboxTest, RegistrationErrors) {
   EXPECT_EQ(Register().code(), absl::StatusCode::kAlreadyExists);
   EXPECT_EQ(mailbox_.Await(key_, 99).status.code(),
             absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(MailboxTest, ShutdownFailsOpenTransfersAndWakesWaitingChunks) {
+  ASSERT_TRUE(Register().ok());
+  auto chunks = Chunks();
+  auto stream = mailbox_.OpenStream();
+  ASSERT_TRUE(stream->Accept(chunks[0], Soon()).ok());
+  key_.job_id = 77;  // nobody expects it: this chunk waits for a registration
+  auto stray = Chunks(100, 900, /*sender=*/8);
+  key_.job_id = 4;
+  absl::Status waited;
+  absl::Duration stray_took;
+  std::thread early([&] {
+    const absl::Time start = absl::Now();
+    auto other = mailbox_.OpenStream();
+    waited = other->Accept(stray[0], Soon());
+    stray_took = absl::Now() - start;
+  });
+  absl::SleepFor(absl::Milliseconds(50));
+  mailbox_.Shutdown();
+  early.join();
+  EXPECT_EQ(waited.code(), absl::StatusCode::kUnavailable);
+  EXPECT_LT(stray_took, absl::Seconds(1));  // not the 2 s wait
+  EXPECT_EQ(stream->Accept(chunks[1], Soon()).code(),
+            absl::StatusCode::kUnavailable);
+  TransferOutcome out = mailbox_.Await(key_, kPeer);
+  EXPECT_EQ(out.status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(out.status.message(), HasSubstr("shutting down"));
+  key_.round = 20;
+  EXPECT_EQ(Register().code(), absl::StatusCode::kUnavailable);
 }
 
 TEST_F(MailboxTest, EmptyRangeCommitsOnItsSingleLastChunk) {
