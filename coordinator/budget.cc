@@ -12,18 +12,40 @@ double UpdateEma(double old_value, double sample, double weight) {
   return (1 - weight) * old_value + weight * sample;
 }
 
+std::string Budget::Reason() const {
+  switch (basis) {
+    case Basis::kNoMeasurement:
+      return "no measurement yet";
+    case Basis::kUniform:
+      return absl::StrFormat("uniform policy: nominal H=%u", local_steps);
+    case Basis::kAdaptive:
+      break;
+  }
+  const char* bound = raw_steps <= min_steps       ? " (floor H_min)"
+                      : raw_steps >= nominal_steps ? " (ceiling H)"
+                                                   : "";
+  return absl::StrFormat(
+      "s_i=%.3g steps/s (%.2fx fastest), c_i=%.3g s%s, T=%.3g s: H_i=%u%s",
+      steps_per_second, steps_per_second / fastest_steps_per_second,
+      exchange_seconds, link_known ? "" : " (typical; link not measured)",
+      target_seconds, local_steps, bound);
+}
+
 BudgetPlan PlanBudgets(const std::vector<WorkerRates>& workers,
                        const BudgetOptions& options) {
   BudgetPlan plan;
   const uint32_t nominal = options.nominal_steps;
   const uint32_t floor = std::min(options.min_steps, nominal);
-  plan.budgets.resize(workers.size());
+  Budget nominal_budget;
+  nominal_budget.local_steps = nominal;
+  nominal_budget.nominal_steps = nominal;
+  nominal_budget.min_steps = floor;
   if (options.policy != v1::BUDGET_POLICY_ADAPTIVE) {
-    const std::string reason =
-        absl::StrFormat("uniform policy: nominal H=%u", nominal);
-    for (Budget& b : plan.budgets) b = {nominal, reason};
+    nominal_budget.basis = Budget::Basis::kUniform;
+    plan.budgets.assign(workers.size(), nominal_budget);
     return plan;
   }
+  plan.budgets.assign(workers.size(), nominal_budget);
 
   double fastest = 0;
   std::vector<double> exchange_times;
@@ -33,15 +55,12 @@ BudgetPlan PlanBudgets(const std::vector<WorkerRates>& workers,
     if (w.bytes_per_second > 0 && options.exchange_bytes > 0)
       exchange_times.push_back(options.exchange_bytes / w.bytes_per_second);
   }
+  if (fastest <= 0) return plan;  // nobody measured yet
   double c_typ = 0;
   if (!exchange_times.empty()) {
     auto mid = exchange_times.begin() + exchange_times.size() / 2;
     std::nth_element(exchange_times.begin(), mid, exchange_times.end());
     c_typ = *mid;
-  }
-  if (fastest <= 0) {
-    for (Budget& b : plan.budgets) b = {nominal, "no measurement yet"};
-    return plan;
   }
   const double target = nominal / fastest + c_typ;
   plan.target_round_seconds = target;
@@ -49,26 +68,18 @@ BudgetPlan PlanBudgets(const std::vector<WorkerRates>& workers,
 
   for (size_t i = 0; i < workers.size(); ++i) {
     const WorkerRates& w = workers[i];
+    if (!(w.steps_per_second > 0)) continue;  // "no measurement yet"
     Budget& b = plan.budgets[i];
-    if (!(w.steps_per_second > 0)) {
-      b = {nominal, "no measurement yet"};
-      continue;
-    }
-    const bool link_known = w.bytes_per_second > 0 && options.exchange_bytes > 0;
-    const double c_i =
-        link_known ? options.exchange_bytes / w.bytes_per_second : c_typ;
-    const double raw = std::round((target - c_i) * w.steps_per_second);
-    const double clamped =
-        std::clamp(raw, static_cast<double>(floor), static_cast<double>(nominal));
-    b.local_steps = static_cast<uint32_t>(clamped);
-    const char* bound = raw <= floor     ? " (floor H_min)"
-                        : raw >= nominal ? " (ceiling H)"
-                                         : "";
-    b.reason = absl::StrFormat(
-        "s_i=%.3g steps/s (%.2fx fastest), c_i=%.3g s%s, T=%.3g s: H_i=%u%s",
-        w.steps_per_second, w.steps_per_second / fastest, c_i,
-        link_known ? "" : " (typical; link not measured)", target,
-        b.local_steps, bound);
+    b.basis = Budget::Basis::kAdaptive;
+    b.link_known = w.bytes_per_second > 0 && options.exchange_bytes > 0;
+    b.steps_per_second = w.steps_per_second;
+    b.fastest_steps_per_second = fastest;
+    b.exchange_seconds =
+        b.link_known ? options.exchange_bytes / w.bytes_per_second : c_typ;
+    b.target_seconds = target;
+    b.raw_steps = std::round((target - b.exchange_seconds) * w.steps_per_second);
+    b.local_steps = static_cast<uint32_t>(std::clamp(
+        b.raw_steps, static_cast<double>(floor), static_cast<double>(nominal)));
   }
   return plan;
 }

@@ -42,9 +42,24 @@ struct BudgetOptions {
   double exchange_bytes = 0;
 };
 
+// One worker's budget and the numbers behind it. The reason string is
+// formatted on demand (Reason()), so planning 10,000 budgets formats none.
 struct Budget {
+  enum class Basis : uint8_t { kNoMeasurement, kUniform, kAdaptive };
   uint32_t local_steps = 0;
-  std::string reason;
+  Basis basis = Basis::kNoMeasurement;
+  // kAdaptive: the inputs of the formula.
+  bool link_known = false;
+  uint32_t nominal_steps = 0;
+  uint32_t min_steps = 0;
+  double steps_per_second = 0;
+  double fastest_steps_per_second = 0;
+  double exchange_seconds = 0;  // c_i
+  double target_seconds = 0;    // T
+  double raw_steps = 0;         // (T - c_i) * s_i before clamping
+
+  // E.g. "s_i=5 steps/s (0.50x fastest), c_i=1 s, T=11 s: H_i=50".
+  std::string Reason() const;
 };
 
 struct BudgetPlan {

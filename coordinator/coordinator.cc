@@ -146,8 +146,7 @@ absl::Status Coordinator::Load(absl::Time now) {
                      store_->LoadRounds(id, 0));
     for (StoredRound& r : rounds) {
       RoundRec rec = MakeRoundRec(job, r.round, r.epoch, r.deadline_unix_ms);
-      rec.local_steps = std::move(r.local_steps);
-      rec.reasons = std::move(r.reasons);
+      rec.budgets = std::move(r.budgets);
       job.next_round = r.round + 1;
       job.rounds[r.round] = std::move(rec);
     }
@@ -184,6 +183,7 @@ absl::Status Coordinator::Load(absl::Time now) {
       if (w == workers_.end() || w->second.stored.job_id != id) {
         it = job.members.erase(it);
       } else {
+        Contribute(job, it->second, +1);
         ++it;
       }
     }
@@ -287,7 +287,11 @@ void Coordinator::ReleaseWorker(WorkerRec& w, absl::Time now) {
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return;
   JobRec& job = it->second;
-  job.members.erase(w.stored.worker_id);
+  auto member = job.members.find(w.stored.worker_id);
+  if (member != job.members.end()) {
+    Contribute(job, member->second, -1);
+    job.members.erase(member);
+  }
   if (store_ != nullptr)
     Note(store_->DeleteMember(job_id, w.stored.worker_id));
   if (job.stored.status.state() == v1::JOB_STATE_RUNNING) {
@@ -592,33 +596,40 @@ void Coordinator::MaybeFinish(JobRec& job, absl::Time now) {
   EndJob(job, v1::JOB_STATE_FINISHED, absl::StrCat("finished: ", reason), now);
 }
 
+void Coordinator::Contribute(JobRec& job, const StoredMember& m, int sign) {
+  if (m.first_round < 0) return;  // joined, not in a round yet
+  const int64_t progress = std::max(m.last_reported_round + 1, m.first_round);
+  if (sign > 0) {
+    ++job.progress_counts[progress];
+  } else {
+    auto it = job.progress_counts.find(progress);
+    if (it != job.progress_counts.end() && --it->second == 0)
+      job.progress_counts.erase(it);
+  }
+  if (m.last_reported_round >= 0) {
+    job.loss_sum += sign * static_cast<double>(m.train_loss);
+    job.loss_n += sign;
+  }
+  if (m.val_bpb > 0) {
+    job.bpb_sum += sign * static_cast<double>(m.val_bpb);
+    job.bpb_n += sign;
+  }
+}
+
 void Coordinator::UpdateProgress(JobRec& job, absl::Time now) {
   v1::JobStatus& st = job.stored.status;
-  uint64_t completed = std::numeric_limits<uint64_t>::max();
-  double loss_sum = 0, bpb_sum = 0;
-  int loss_n = 0, bpb_n = 0;
-  for (const auto& [wid, m] : job.members) {
-    if (m.first_round < 0) continue;  // joined, not in a round yet
-    completed = std::min<uint64_t>(
-        completed, static_cast<uint64_t>(
-                       std::max(m.last_reported_round + 1, m.first_round)));
-    if (m.last_reported_round >= 0) {
-      loss_sum += m.train_loss;
-      ++loss_n;
-    }
-    if (m.val_bpb > 0) {
-      bpb_sum += m.val_bpb;
-      ++bpb_n;
+  if (!job.progress_counts.empty()) {
+    const auto completed =
+        static_cast<uint64_t>(job.progress_counts.begin()->first);
+    if (completed > st.rounds_completed()) {
+      st.set_rounds_completed(completed);
+      AddEvent(job, v1::JOB_EVENT_KIND_ROUND,
+               absl::StrCat("round ", completed - 1, " completed"), now);
     }
   }
-  if (completed != std::numeric_limits<uint64_t>::max() &&
-      completed > st.rounds_completed()) {
-    st.set_rounds_completed(completed);
-    AddEvent(job, v1::JOB_EVENT_KIND_ROUND,
-             absl::StrCat("round ", completed - 1, " completed"), now);
-  }
-  if (loss_n > 0) st.set_train_loss(static_cast<float>(loss_sum / loss_n));
-  if (bpb_n > 0) st.set_val_bpb(static_cast<float>(bpb_sum / bpb_n));
+  if (job.loss_n > 0)
+    st.set_train_loss(static_cast<float>(job.loss_sum / job.loss_n));
+  if (job.bpb_n > 0) st.set_val_bpb(static_cast<float>(job.bpb_sum / job.bpb_n));
 }
 
 void Coordinator::AddEvent(JobRec& job, v1::JobEventKind kind,
@@ -727,28 +738,28 @@ void Coordinator::PlanNextRound(JobRec& job, absl::Time now) {
       UnixMs(now + absl::Seconds(plan.target_round_seconds) +
              absl::Milliseconds(st.spec().exchange().deadline_ms()));
   RoundRec rec = MakeRoundRec(job, r, epoch, deadline);
-  rec.local_steps.reserve(ids.size());
-  rec.reasons.reserve(ids.size());
   std::vector<std::string> changes;
   size_t i = 0;
   for (auto& [wid, m] : job.members) {
-    Budget& b = plan.budgets[i++];
+    const Budget& b = plan.budgets[i++];
     bool dirty = false;
     if (m.first_round < 0) {
       m.first_round = static_cast<int64_t>(r);
+      Contribute(job, m, +1);
       dirty = true;
     }
     if (m.local_steps != b.local_steps) {
       if (m.local_steps != 0) {
+        const std::string reason = b.Reason();
         v1::BudgetChange* c = st.add_budget_changes();
         c->set_worker_id(wid);
         c->set_round(r);
         c->set_old_local_steps(m.local_steps);
         c->set_new_local_steps(b.local_steps);
-        c->set_reason(b.reason);
+        c->set_reason(reason);
         GASLOC_LOG(INFO) << "job " << st.job_id() << " round " << r
                          << ": worker " << wid << " H " << m.local_steps
-                         << " -> " << b.local_steps << " (" << b.reason << ")";
+                         << " -> " << b.local_steps << " (" << reason << ")";
         changes.push_back(absl::StrCat("worker ", wid, " H ", m.local_steps,
                                        " -> ", b.local_steps));
       }
@@ -756,9 +767,8 @@ void Coordinator::PlanNextRound(JobRec& job, absl::Time now) {
       dirty = true;
     }
     if (dirty) SaveMember(m);
-    rec.local_steps.push_back(b.local_steps);
-    rec.reasons.push_back(std::move(b.reason));
   }
+  rec.budgets = std::move(plan.budgets);
   const int excess = st.budget_changes_size() - options_.max_budget_changes;
   if (excess > 0) st.mutable_budget_changes()->DeleteSubrange(0, excess);
 
@@ -769,9 +779,9 @@ void Coordinator::PlanNextRound(JobRec& job, absl::Time now) {
     sr.epoch = epoch;
     sr.planned_unix_ms = UnixMs(now);
     sr.deadline_unix_ms = deadline;
-    sr.local_steps = rec.local_steps;
-    sr.reasons = rec.reasons;
+    sr.budgets = std::move(rec.budgets);  // lent to the store, no copy
     Note(store_->PutRound(sr));
+    rec.budgets = std::move(sr.budgets);
   }
   job.rounds[r] = std::move(rec);
   job.next_round = r + 1;
@@ -853,8 +863,8 @@ v1::Assignment Coordinator::BuildAssignment(const JobRec& job,
       p->set_weight(1.0f / static_cast<float>(n));
     }
   }
-  a.set_local_steps(round.local_steps[rank]);
-  a.set_budget_reason(round.reasons[rank]);
+  a.set_local_steps(round.budgets[rank].local_steps);
+  a.set_budget_reason(round.budgets[rank].Reason());
   a.set_exchange_deadline_unix_ms(round.deadline_unix_ms);
 
   // A worker new to the job fetches the model from a member that was in the
@@ -1028,6 +1038,7 @@ absl::Status Coordinator::ReportRound(const v1::ReportRoundRequest& request) {
   StoredMember& m = mit->second;
   if (static_cast<int64_t>(request.round()) <= m.last_reported_round)
     return EndTxn();  // a duplicate
+  Contribute(job, m, -1);
   m.last_reported_round = static_cast<int64_t>(request.round());
   if (request.inner_steps() > 0 && request.compute_seconds() > 0)
     m.steps_per_second =
@@ -1042,6 +1053,7 @@ absl::Status Coordinator::ReportRound(const v1::ReportRoundRequest& request) {
                   options_.ema_weight);
   if (request.val_bpb() > 0) m.val_bpb = request.val_bpb();
   m.train_loss = request.train_loss();
+  Contribute(job, m, +1);
   st.set_tokens(st.tokens() + request.tokens());
   if (!request.failed_peers().empty())
     GASLOC_LOG(WARNING) << "job " << st.job_id() << " round "

@@ -145,8 +145,7 @@ class Coordinator {
     uint64_t epoch = 0;
     int64_t deadline_unix_ms = 0;
     RoundSchedule schedule;
-    std::vector<uint32_t> local_steps;  // aligned with the epoch's members
-    std::vector<std::string> reasons;
+    std::vector<Budget> budgets;  // aligned with the epoch's members
   };
   struct JobRec {
     StoredJob stored;
@@ -156,6 +155,13 @@ class Coordinator {
     uint64_t next_round = 0;              // rounds planned so far
     std::optional<absl::Time> orphaned_since;
     std::deque<std::pair<uint64_t, v1::JobEvent>> events;
+    // Aggregates over `members`, kept incrementally (Contribute) so a
+    // report costs O(log n), not O(n): how many members have each
+    // progress value max(last reported + 1, first round), and the sums
+    // behind the mean loss / val bpb.
+    std::map<int64_t, uint32_t> progress_counts;
+    double loss_sum = 0, bpb_sum = 0;
+    int64_t loss_n = 0, bpb_n = 0;
   };
 
   Coordinator(CoordinatorOptions options, std::unique_ptr<Store> store,
@@ -192,6 +198,9 @@ class Coordinator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateProgress(JobRec& job, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Adds (sign = +1) or removes (-1) a member's share of the aggregates;
+  // call with -1 before changing the member and +1 after.
+  static void Contribute(JobRec& job, const StoredMember& m, int sign);
   void AddEvent(JobRec& job, v1::JobEventKind kind,
                 const std::string& description, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

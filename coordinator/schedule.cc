@@ -45,57 +45,82 @@ std::vector<int32_t> RandomMatching(uint64_t seed, uint32_t n) {
 }
 
 std::vector<uint32_t> RoundSchedule::PeersOf(uint32_t i) const {
-  if (!complete) return peers[i];
   std::vector<uint32_t> row;
-  row.reserve(n > 0 ? n - 1 : 0);
-  for (uint32_t j = 0; j < n; ++j)
-    if (j != i) row.push_back(j);
-  return row;
+  if (complete) {
+    row.reserve(n > 0 ? n - 1 : 0);
+    for (uint32_t j = 0; j < n; ++j)
+      if (j != i) row.push_back(j);
+    return row;
+  }
+  return std::vector<uint32_t>(peers.begin() + offsets[i],
+                               peers.begin() + offsets[i + 1]);
 }
+
+uint32_t RoundSchedule::Degree(uint32_t i) const {
+  if (complete) return n > 0 ? n - 1 : 0;
+  return offsets[i + 1] - offsets[i];
+}
+
+namespace {
+
+// Builds the compressed rows from up to `k` partner tables (-1 = none),
+// dropping duplicates and sorting each row.
+void FromPartners(const std::vector<std::vector<int32_t>>& partners,
+                  RoundSchedule& s) {
+  const uint32_t n = s.n;
+  s.offsets.assign(n + 1, 0);
+  s.peers.clear();
+  s.peers.reserve(static_cast<size_t>(n) * partners.size());
+  for (uint32_t i = 0; i < n; ++i) {
+    const size_t row_start = s.peers.size();
+    for (const auto& partner : partners) {
+      if (partner[i] < 0) continue;
+      const auto p = static_cast<uint32_t>(partner[i]);
+      if (std::find(s.peers.begin() + row_start, s.peers.end(), p) ==
+          s.peers.end())
+        s.peers.push_back(p);
+    }
+    std::sort(s.peers.begin() + row_start, s.peers.end());
+    s.offsets[i + 1] = static_cast<uint32_t>(s.peers.size());
+  }
+}
+
+}  // namespace
 
 RoundSchedule PlanSchedule(const ScheduleKey& key, uint32_t n) {
   RoundSchedule s;
   s.n = n;
-  s.peers.resize(n);
+  std::vector<std::vector<int32_t>> partners;
   switch (key.topology) {
-    case v1::TOPOLOGY_RANDOM_TWO_PEER: {
+    case v1::TOPOLOGY_COMPLETE:
+      s.complete = true;
+      return s;
+    case v1::TOPOLOGY_RANDOM_TWO_PEER:
       for (uint64_t stream : {uint64_t{1}, uint64_t{2}}) {
         ScheduleKey k = key;
         k.stream = stream;
-        const std::vector<int32_t> partner = RandomMatching(ScheduleSeed(k), n);
-        for (uint32_t i = 0; i < n; ++i) {
-          if (partner[i] < 0) continue;
-          auto& row = s.peers[i];
-          const auto p = static_cast<uint32_t>(partner[i]);
-          if (std::find(row.begin(), row.end(), p) == row.end()) row.push_back(p);
-        }
+        partners.push_back(RandomMatching(ScheduleSeed(k), n));
       }
-      for (auto& row : s.peers) std::sort(row.begin(), row.end());
       break;
-    }
     case v1::TOPOLOGY_RING: {
-      if (n < 2) break;
-      for (uint32_t i = 0; i < n; ++i) {
-        const uint32_t next = (i + 1) % n, prev = (i + n - 1) % n;
-        s.peers[i].push_back(std::min(next, prev));
-        if (next != prev) s.peers[i].push_back(std::max(next, prev));
+      // Successor and predecessor in sorted order (one neighbour if n == 2).
+      std::vector<int32_t> next(n, -1), prev(n, -1);
+      for (uint32_t i = 0; n >= 2 && i < n; ++i) {
+        next[i] = static_cast<int32_t>((i + 1) % n);
+        prev[i] = static_cast<int32_t>((i + n - 1) % n);
       }
+      partners = {std::move(next), std::move(prev)};
       break;
     }
-    case v1::TOPOLOGY_COMPLETE:
-      s.complete = true;
-      s.peers.clear();
-      break;
     case v1::TOPOLOGY_RANDOM_ONE_PEER:
     default: {
       ScheduleKey k = key;
       k.stream = 0;
-      const std::vector<int32_t> partner = RandomMatching(ScheduleSeed(k), n);
-      for (uint32_t i = 0; i < n; ++i)
-        if (partner[i] >= 0) s.peers[i].push_back(static_cast<uint32_t>(partner[i]));
+      partners.push_back(RandomMatching(ScheduleSeed(k), n));
       break;
     }
   }
+  FromPartners(partners, s);
   return s;
 }
 

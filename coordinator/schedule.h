@@ -59,15 +59,20 @@ struct ScheduleKey {
 struct RoundSchedule {
   // Members in the round.
   uint32_t n = 0;
-  // COMPLETE: every member is a peer of every other one; `peers` is left
-  // empty (n^2 entries would not fit for 10,000 workers).
+  // COMPLETE: every member is a peer of every other one and the adjacency
+  // is not stored (n^2 entries would not fit for 10,000 workers).
   bool complete = false;
-  // peers[i]: indices (into the epoch's sorted member list) of member i's
-  // peers this round, ascending. Symmetric: j in peers[i] iff i in peers[j].
-  std::vector<std::vector<uint32_t>> peers;
+  // Adjacency in compressed rows: member i's peers (indices into the
+  // epoch's sorted member list, ascending) are
+  // peers[offsets[i] .. offsets[i+1]). Symmetric: j is a peer of i iff i is
+  // a peer of j.
+  std::vector<uint32_t> offsets;
+  std::vector<uint32_t> peers;
 
-  // Member i's peers, ascending (materialises the row for COMPLETE).
+  // Member i's peers, ascending (materialised; for COMPLETE all others).
   std::vector<uint32_t> PeersOf(uint32_t i) const;
+  // Number of peers of member i.
+  uint32_t Degree(uint32_t i) const;
 };
 
 // Plans the communication graph of one round for `n` members.

@@ -2,6 +2,7 @@
 
 #include <sqlite3.h>
 
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/numbers.h"
@@ -56,7 +57,7 @@ const std::vector<std::string>& Migrations() {
           epoch INTEGER NOT NULL,
           planned_unix_ms INTEGER NOT NULL,
           deadline_unix_ms INTEGER NOT NULL,
-          budgets TEXT NOT NULL,           -- one "H<TAB>reason" line per member
+          budgets BLOB NOT NULL,           -- EncodeBudgets(), member order
           PRIMARY KEY (job_id, round));
       )sql",
   };
@@ -360,14 +361,63 @@ absl::StatusOr<std::vector<StoredEpoch>> Store::LoadEpochs(uint64_t job_id) {
   return out;
 }
 
-absl::Status Store::PutRound(const StoredRound& r) {
-  std::string budgets;
-  for (size_t i = 0; i < r.local_steps.size(); ++i) {
-    std::string reason = i < r.reasons.size() ? r.reasons[i] : "";
-    for (char& c : reason)
-      if (c == '\n' || c == '\t') c = ' ';
-    absl::StrAppend(&budgets, r.local_steps[i], "\t", reason, "\n");
+std::string EncodeBudgets(const std::vector<Budget>& budgets) {
+  std::string out(budgets.size() * kBudgetRecordBytes, '\0');
+  char* p = out.data();
+  auto put = [&p](const auto& v) {
+    std::memcpy(p, &v, sizeof(v));
+    p += sizeof(v);
+  };
+  for (const Budget& b : budgets) {
+    put(b.local_steps);
+    put(static_cast<uint8_t>(b.basis));
+    put(static_cast<uint8_t>(b.link_known));
+    put(uint16_t{0});
+    put(b.nominal_steps);
+    put(b.min_steps);
+    put(b.steps_per_second);
+    put(b.fastest_steps_per_second);
+    put(b.exchange_seconds);
+    put(b.target_seconds);
+    put(b.raw_steps);
   }
+  return out;
+}
+
+absl::StatusOr<std::vector<Budget>> DecodeBudgets(absl::string_view blob) {
+  if (blob.size() % kBudgetRecordBytes != 0)
+    return absl::DataLossError(absl::StrCat(
+        "rounds.budgets has ", blob.size(), " bytes, not a multiple of ",
+        kBudgetRecordBytes));
+  std::vector<Budget> budgets(blob.size() / kBudgetRecordBytes);
+  const char* p = blob.data();
+  auto get = [&p](auto& v) {
+    std::memcpy(&v, p, sizeof(v));
+    p += sizeof(v);
+  };
+  for (Budget& b : budgets) {
+    uint8_t basis, link;
+    uint16_t pad;
+    get(b.local_steps);
+    get(basis);
+    get(link);
+    get(pad);
+    get(b.nominal_steps);
+    get(b.min_steps);
+    get(b.steps_per_second);
+    get(b.fastest_steps_per_second);
+    get(b.exchange_seconds);
+    get(b.target_seconds);
+    get(b.raw_steps);
+    if (basis > static_cast<uint8_t>(Budget::Basis::kAdaptive))
+      return absl::DataLossError("rounds.budgets holds an unknown basis");
+    b.basis = static_cast<Budget::Basis>(basis);
+    b.link_known = link != 0;
+  }
+  return budgets;
+}
+
+absl::Status Store::PutRound(const StoredRound& r) {
   Statement s(db_,
               "INSERT OR REPLACE INTO rounds (job_id, round, epoch, "
               "planned_unix_ms, deadline_unix_ms, budgets) VALUES (?, ?, ?, ?, "
@@ -377,7 +427,7 @@ absl::Status Store::PutRound(const StoredRound& r) {
       .Int(static_cast<int64_t>(r.epoch))
       .Int(r.planned_unix_ms)
       .Int(r.deadline_unix_ms)
-      .Text(budgets)
+      .Blob(EncodeBudgets(r.budgets))
       .Run();
 }
 
@@ -395,17 +445,11 @@ absl::StatusOr<std::vector<StoredRound>> Store::LoadRounds(uint64_t job_id,
     r.epoch = static_cast<uint64_t>(q.ColInt(1));
     r.planned_unix_ms = q.ColInt(2);
     r.deadline_unix_ms = q.ColInt(3);
-    for (absl::string_view line :
-         absl::StrSplit(q.ColText(4), '\n', absl::SkipEmpty())) {
-      std::pair<absl::string_view, absl::string_view> parts =
-          absl::StrSplit(line, absl::MaxSplits('\t', 1));
-      uint32_t h;
-      if (!absl::SimpleAtoi(parts.first, &h))
-        return absl::DataLossError(absl::StrCat(
-            "rounds.budgets of job ", job_id, " round ", r.round, " is corrupt"));
-      r.local_steps.push_back(h);
-      r.reasons.emplace_back(parts.second);
-    }
+    auto budgets = DecodeBudgets(q.ColText(4));
+    if (!budgets.ok())
+      return Annotate(budgets.status(),
+                      absl::StrCat("job ", job_id, " round ", r.round));
+    r.budgets = std::move(*budgets);
     out.push_back(std::move(r));
   }
   RETURN_IF_ERROR(q.status());

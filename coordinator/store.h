@@ -20,6 +20,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "coordinator/budget.h"
 #include "gasloc/v1/coordinator.pb.h"
 
 struct sqlite3;
@@ -77,10 +78,16 @@ struct StoredRound {
   uint64_t epoch = 0;
   int64_t planned_unix_ms = 0;
   int64_t deadline_unix_ms = 0;
-  // Aligned with the epoch's sorted members.
-  std::vector<uint32_t> local_steps;
-  std::vector<std::string> reasons;
+  // Aligned with the epoch's sorted members (stored as fixed-size binary
+  // records, so a round of 10,000 workers is one 560 KB blob).
+  std::vector<Budget> budgets;
 };
+
+// The binary form of a round's budgets (little-endian records of
+// kBudgetRecordBytes), and back.
+inline constexpr size_t kBudgetRecordBytes = 56;
+std::string EncodeBudgets(const std::vector<Budget>& budgets);
+absl::StatusOr<std::vector<Budget>> DecodeBudgets(absl::string_view blob);
 
 class Store {
  public:

@@ -23,12 +23,12 @@ TEST(BudgetTest, NoMeasurementGetsNominal) {
   ASSERT_EQ(plan.budgets.size(), 2u);
   for (const Budget& b : plan.budgets) {
     EXPECT_EQ(b.local_steps, 100u);
-    EXPECT_EQ(b.reason, "no measurement yet");
+    EXPECT_EQ(b.Reason(), "no measurement yet");
   }
   // One measured, one not: the unmeasured one still gets H.
   plan = PlanBudgets({{10, 0}, {}}, Adaptive());
   EXPECT_EQ(plan.budgets[1].local_steps, 100u);
-  EXPECT_EQ(plan.budgets[1].reason, "no measurement yet");
+  EXPECT_EQ(plan.budgets[1].Reason(), "no measurement yet");
 }
 
 TEST(BudgetTest, UniformPolicyGivesEveryoneNominal) {
@@ -37,7 +37,7 @@ TEST(BudgetTest, UniformPolicyGivesEveryoneNominal) {
   BudgetPlan plan = PlanBudgets({{10, 1e6}, {1, 1e3}}, o);
   for (const Budget& b : plan.budgets) {
     EXPECT_EQ(b.local_steps, 100u);
-    EXPECT_THAT(b.reason, HasSubstr("uniform"));
+    EXPECT_THAT(b.Reason(), HasSubstr("uniform"));
   }
 }
 
@@ -47,7 +47,7 @@ TEST(BudgetTest, HalfSpeedGetsHalfTheSteps) {
   EXPECT_EQ(plan.budgets[0].local_steps, 100u);
   EXPECT_EQ(plan.budgets[2].local_steps, 100u);
   EXPECT_EQ(plan.budgets[1].local_steps, 50u);
-  EXPECT_THAT(plan.budgets[1].reason, HasSubstr("0.50x fastest"));
+  EXPECT_THAT(plan.budgets[1].Reason(), HasSubstr("0.50x fastest"));
   EXPECT_DOUBLE_EQ(plan.target_round_seconds, 10 + 1);
 }
 
@@ -70,11 +70,11 @@ TEST(BudgetTest, ClampsToFloorAndCeiling) {
   BudgetPlan plan = PlanBudgets({{100, 0}, {1, 0}}, Adaptive());
   EXPECT_EQ(plan.budgets[0].local_steps, 100u);
   EXPECT_EQ(plan.budgets[1].local_steps, 10u);
-  EXPECT_THAT(plan.budgets[1].reason, HasSubstr("floor"));
+  EXPECT_THAT(plan.budgets[1].Reason(), HasSubstr("floor"));
   // Unknown link uses the typical exchange time: same as a measured one.
   plan = PlanBudgets({{10, 1e8}, {10, 0}}, Adaptive(1e8));
   EXPECT_EQ(plan.budgets[1].local_steps, 100u);
-  EXPECT_THAT(plan.budgets[1].reason, HasSubstr("link not measured"));
+  EXPECT_THAT(plan.budgets[1].Reason(), HasSubstr("link not measured"));
 }
 
 TEST(BudgetTest, EmaStartsAtFirstSample) {

@@ -43,7 +43,7 @@ TEST(ScheduleTest, OnePeerMatchingsAreValid) {
       RoundSchedule s = PlanSchedule(Key(round, v1::TOPOLOGY_RANDOM_ONE_PEER), n);
       ExpectValid(s, n, 1);
       int unmatched = 0;
-      for (uint32_t i = 0; i < n; ++i) unmatched += s.peers[i].empty();
+      for (uint32_t i = 0; i < n; ++i) unmatched += s.Degree(i) == 0;
       EXPECT_EQ(unmatched, static_cast<int>(n % 2)) << "n=" << n;
     }
   }
@@ -56,9 +56,9 @@ TEST(ScheduleTest, TwoPeerRingAndCompleteAreValid) {
     RoundSchedule ring = PlanSchedule(Key(0, v1::TOPOLOGY_RING), n);
     ExpectValid(ring, n, 2);
     for (uint32_t i = 0; i < n && n >= 3; ++i) {
-      EXPECT_EQ(ring.peers[i].size(), 2u);
-      EXPECT_TRUE(std::count(ring.peers[i].begin(), ring.peers[i].end(),
-                             (i + 1) % n) == 1);
+      const std::vector<uint32_t> row = ring.PeersOf(i);
+      EXPECT_EQ(row.size(), 2u);
+      EXPECT_TRUE(std::count(row.begin(), row.end(), (i + 1) % n) == 1);
     }
     RoundSchedule complete = PlanSchedule(Key(0, v1::TOPOLOGY_COMPLETE), n);
     ExpectValid(complete, n, n - 1);
@@ -76,8 +76,8 @@ TEST(ScheduleTest, PairFrequencyOverTenThousandRounds) {
     for (int r = 0; r < kRounds; ++r) {
       RoundSchedule s = PlanSchedule(Key(r, v1::TOPOLOGY_RANDOM_ONE_PEER), n);
       for (uint32_t i = 0; i < n; ++i) {
-        if (s.peers[i].empty()) ++alone[i];
-        for (uint32_t j : s.peers[i])
+        if (s.Degree(i) == 0) ++alone[i];
+        for (uint32_t j : s.PeersOf(i))
           if (i < j) ++count[{i, j}];
       }
     }
@@ -101,7 +101,7 @@ TEST(ScheduleTest, TwoPeerPairFrequency) {
   for (int r = 0; r < kRounds; ++r) {
     RoundSchedule s = PlanSchedule(Key(r, v1::TOPOLOGY_RANDOM_TWO_PEER), n);
     for (uint32_t i = 0; i < n; ++i)
-      for (uint32_t j : s.peers[i])
+      for (uint32_t j : s.PeersOf(i))
         if (i < j) ++count[{i, j}];
   }
   // Union of two independent matchings: P = 2q - q^2, q = 1/(n-1).
@@ -117,7 +117,7 @@ TEST(ScheduleTest, OddWorkerOutVaries) {
   for (uint64_t r = 0; r < 50; ++r) {
     RoundSchedule s = PlanSchedule(Key(r, v1::TOPOLOGY_RANDOM_ONE_PEER), n);
     for (uint32_t i = 0; i < n; ++i)
-      if (s.peers[i].empty()) odd.push_back(i);
+      if (s.Degree(i) == 0) odd.push_back(i);
   }
   ASSERT_EQ(odd.size(), 50u);
   std::set<uint32_t> distinct(odd.begin(), odd.end());

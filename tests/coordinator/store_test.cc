@@ -24,6 +24,7 @@ std::string TempDb(const std::string& name) {
 
 TEST(StoreTest, RoundTripsEveryTable) {
   const std::string path = TempDb("store_roundtrip.sqlite");
+  std::vector<std::string> reasons;
   {
     auto store = Store::Open(path);
     ASSERT_TRUE(store.ok()) << store.status();
@@ -55,8 +56,19 @@ TEST(StoreTest, RoundTripsEveryTable) {
     r.job_id = 3;
     r.round = 4;
     r.epoch = 2;
-    r.local_steps = {40, 100};
-    r.reasons = {"slow\tlink", "no measurement yet"};
+    r.budgets.resize(2);
+    r.budgets[0].local_steps = 40;
+    r.budgets[0].basis = Budget::Basis::kAdaptive;
+    r.budgets[0].link_known = true;
+    r.budgets[0].nominal_steps = 100;
+    r.budgets[0].min_steps = 10;
+    r.budgets[0].steps_per_second = 4;
+    r.budgets[0].fastest_steps_per_second = 10;
+    r.budgets[0].exchange_seconds = 1;
+    r.budgets[0].target_seconds = 11;
+    r.budgets[0].raw_steps = 40;
+    r.budgets[1].local_steps = 100;
+    reasons = {r.budgets[0].Reason(), r.budgets[1].Reason()};
     ASSERT_TRUE((*store)->PutRound(r).ok());
   }
   auto store = Store::Open(path);
@@ -80,8 +92,12 @@ TEST(StoreTest, RoundTripsEveryTable) {
   EXPECT_EQ((*epochs)[0].members, (std::vector<uint64_t>{7, 9}));
   auto rounds = (*store)->LoadRounds(3, 0);
   ASSERT_EQ(rounds->size(), 1u);
-  EXPECT_EQ((*rounds)[0].local_steps, (std::vector<uint32_t>{40, 100}));
-  EXPECT_EQ((*rounds)[0].reasons[0], "slow link");
+  ASSERT_EQ((*rounds)[0].budgets.size(), 2u);
+  EXPECT_EQ((*rounds)[0].budgets[0].local_steps, 40u);
+  EXPECT_EQ((*rounds)[0].budgets[1].local_steps, 100u);
+  EXPECT_EQ((*rounds)[0].budgets[0].Reason(), reasons[0]);
+  EXPECT_EQ((*rounds)[0].budgets[1].Reason(), "no measurement yet");
+  EXPECT_THAT(reasons[0], HasSubstr("0.40x fastest"));
   ASSERT_TRUE((*store)->PruneRounds(3, 5).ok());
   EXPECT_TRUE((*store)->LoadRounds(3, 0)->empty());
 }
@@ -110,6 +126,13 @@ TEST(StoreTest, MigratesAVersionOneFile) {
   StoredRound r;
   r.job_id = 1;
   EXPECT_TRUE((*store)->PutRound(r).ok());
+}
+
+TEST(StoreTest, CorruptBudgetsAreDataLoss) {
+  auto decoded = DecodeBudgets("short");
+  EXPECT_EQ(decoded.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(decoded.status().message(), HasSubstr("rounds.budgets"));
+  EXPECT_TRUE(DecodeBudgets("")->empty());
 }
 
 TEST(StoreTest, RefusesANewerSchema) {
