@@ -11,7 +11,7 @@
 namespace gasloc {
 namespace {
 
-constexpr char kShakespeare[] = "/work/shared/data/tinyshakespeare.txt";
+constexpr char kShakespeare[] = GASLOC_SOURCE_DIR "/../shared/data/tinyshakespeare.txt";
 
 std::string TempDir(const std::string& name) {
   auto dir = std::filesystem::temp_directory_path() /

@@ -12,7 +12,7 @@
 namespace gasloc {
 namespace {
 
-constexpr char kShakespeare[] = "/work/shared/data/tinyshakespeare.txt";
+constexpr char kShakespeare[] = GASLOC_SOURCE_DIR "/../shared/data/tinyshakespeare.txt";
 
 v1::JobSpec TinySpec() {
   v1::JobSpec spec;
