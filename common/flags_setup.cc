@@ -35,7 +35,13 @@ std::vector<std::string> ParseFlagsOrExit(int argc, char** argv,
                                                       : file.substr(pos + 1));
   };
   absl::SetFlagsUsageConfig(config);
-  absl::SetProgramUsageMessage(usage);
+  // Abseil prints "<program>: <usage>": drop our own "<program>: " prefix.
+  std::string program = argv[0];
+  program = program.substr(program.rfind('/') + 1);
+  const std::string prefix = program + ": ";
+  absl::SetProgramUsageMessage(usage.rfind(prefix, 0) == 0
+                                   ? usage.substr(prefix.size())
+                                   : usage);
   // --help / -h are answered here so they exit 0 (Abseil 20220623 exits 1)
   // and list only gasloc's own flags.
   absl::flags_internal::SetProgramInvocationName(argv[0]);

@@ -20,6 +20,18 @@ constexpr char kJobId[] = "outer.job_id";
 
 double Seconds(absl::Duration d) { return absl::ToDoubleSeconds(d); }
 
+// The round's ring in order; *rank = this worker's position, -1 if absent.
+std::vector<RingMember> RingOf(const v1::Assignment& assignment,
+                               uint64_t self_id, int* rank) {
+  std::vector<RingMember> ring;
+  *rank = -1;
+  for (const auto& member : assignment.ring_order()) {
+    if (member.worker_id() == self_id) *rank = static_cast<int>(ring.size());
+    ring.push_back({member.worker_id(), member.address()});
+  }
+  return ring;
+}
+
 }  // namespace
 
 RoundRunner::RoundRunner(RoundRunnerOptions options, InnerTrainer* trainer,
@@ -211,13 +223,8 @@ void RoundRunner::AllReduceExchange(const v1::Assignment& assignment,
   FloatArena& params = trainer_->params();
   const auto& outer = options_.spec.outer();
   PseudoGradient(theta_start_.flat(), params.flat(), y_.flat());
-  std::vector<RingMember> ring;
   int rank = -1;
-  for (const auto& member : assignment.ring_order()) {
-    if (member.worker_id() == options_.worker_id)
-      rank = static_cast<int>(ring.size());
-    ring.push_back({member.worker_id(), member.address()});
-  }
+  std::vector<RingMember> ring = RingOf(assignment, options_.worker_id, &rank);
   if (rank < 0) {
     // Not in the ring (a malformed assignment): average over nobody.
     report->set_failure_reason("this worker is not in the round's ring order");
@@ -260,13 +267,8 @@ absl::Status RoundRunner::DataParallelStep(const v1::Assignment& assignment,
   report->set_tokens(step.tokens);
   report->set_train_loss(step.loss);
   report->set_compute_seconds(Seconds(clock_->Now() - start));
-  std::vector<RingMember> ring;
   int rank = -1;
-  for (const auto& member : assignment.ring_order()) {
-    if (member.worker_id() == options_.worker_id)
-      rank = static_cast<int>(ring.size());
-    ring.push_back({member.worker_id(), member.address()});
-  }
+  std::vector<RingMember> ring = RingOf(assignment, options_.worker_id, &rank);
   if (rank >= 0 && ring.size() > 1) {
     TransferKey key{options_.job_id, assignment.round(),
                     v1::EXCHANGE_PHASE_REDUCE_SCATTER, 0};
