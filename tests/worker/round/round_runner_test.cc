@@ -138,41 +138,50 @@ TEST(RoundRunner, GossipWithoutMomentumAveragesExactly) {
             1e-5);
 }
 
-TEST(RoundRunner, DiLoCoLeavesWorkersBitIdentical) {
-  InProcessNetwork network;
-  const v1::JobSpec spec = Spec(v1::ALGORITHM_DILOCO);
+// Three ring workers (ids 1..3) pulled toward targets scale * id.
+std::vector<std::unique_ptr<SimWorker>> RingWorkers(InProcessNetwork& network,
+                                                    const v1::JobSpec& spec,
+                                                    float scale) {
   std::vector<std::unique_ptr<SimWorker>> w;
   for (int i = 1; i <= 3; ++i)
-    w.push_back(std::make_unique<SimWorker>(network, i, spec, i * 0.5f));
+    w.push_back(std::make_unique<SimWorker>(network, i, spec, i * scale));
+  return w;
+}
+
+// Runs one ring round of `steps` inner steps on all three workers.
+void RunRingRound(std::vector<std::unique_ptr<SimWorker>>& w, uint64_t round,
+                  uint32_t steps) {
+  auto reports = RunAll(w, {RingAssignment(round, 3, steps),
+                            RingAssignment(round, 3, steps),
+                            RingAssignment(round, 3, steps)});
+  for (auto& r : reports) ASSERT_TRUE(r.ok()) << r.status();
+}
+
+// 0 if every worker's parameters equal worker 1's bit for bit, else the id
+// of the first that differs.
+int FirstDifferentWorker(const std::vector<std::unique_ptr<SimWorker>>& w) {
+  for (size_t i = 1; i < w.size(); ++i)
+    if (std::memcmp(w[0]->trainer.params().data(), w[i]->trainer.params().data(),
+                    w[0]->trainer.params().size() * 4) != 0)
+      return static_cast<int>(i + 1);
+  return 0;
+}
+
+TEST(RoundRunner, DiLoCoLeavesWorkersBitIdentical) {
+  InProcessNetwork network;
+  auto w = RingWorkers(network, Spec(v1::ALGORITHM_DILOCO), 0.5f);
   for (uint64_t round = 0; round < 3; ++round) {
-    auto reports = RunAll(w, {RingAssignment(round, 3, 4),
-                              RingAssignment(round, 3, 4),
-                              RingAssignment(round, 3, 4)});
-    for (auto& r : reports) ASSERT_TRUE(r.ok()) << r.status();
-    for (int i = 1; i < 3; ++i)
-      ASSERT_EQ(0, std::memcmp(w[0]->trainer.params().data(),
-                               w[i]->trainer.params().data(),
-                               w[0]->trainer.params().size() * 4))
-          << "worker " << i + 1 << " differs after round " << round;
+    ASSERT_NO_FATAL_FAILURE(RunRingRound(w, round, 4));
+    ASSERT_EQ(FirstDifferentWorker(w), 0) << "after round " << round;
   }
 }
 
 TEST(RoundRunner, DataParallelAveragesGradientsEveryStep) {
   InProcessNetwork network;
-  const v1::JobSpec spec = Spec(v1::ALGORITHM_DATA_PARALLEL);
-  std::vector<std::unique_ptr<SimWorker>> w;
-  for (int i = 1; i <= 3; ++i)
-    w.push_back(std::make_unique<SimWorker>(network, i, spec, i * 1.0f));
-  for (uint64_t round = 0; round < 4; ++round) {
-    auto reports = RunAll(w, {RingAssignment(round, 3, 1),
-                              RingAssignment(round, 3, 1),
-                              RingAssignment(round, 3, 1)});
-    for (auto& r : reports) ASSERT_TRUE(r.ok()) << r.status();
-  }
-  for (int i = 1; i < 3; ++i)
-    EXPECT_EQ(0, std::memcmp(w[0]->trainer.params().data(),
-                             w[i]->trainer.params().data(),
-                             w[0]->trainer.params().size() * 4));
+  auto w = RingWorkers(network, Spec(v1::ALGORITHM_DATA_PARALLEL), 1.0f);
+  for (uint64_t round = 0; round < 4; ++round)
+    ASSERT_NO_FATAL_FAILURE(RunRingRound(w, round, 1));
+  EXPECT_EQ(FirstDifferentWorker(w), 0);
   // The average gradient pulls toward the mean target (2.0).
   EXPECT_GT(w[0]->trainer.params().data()[0], 0.3f);
 }
