@@ -170,14 +170,16 @@ Linear::Linear(DnnlEnv* env, const Options& options)
   }
 }
 
-void Linear::PrepareWeights(const float* w, void* fwd, void* bwd) {
+void Linear::PrepareWeights(const float* w, void* fwd, void* bwd,
+                            dnnl::stream* stream) {
+  dnnl::stream& on = stream != nullptr ? *stream : env_->stream;
   dnnl::memory src_t = Mem(w_t_f32_, env_, w);
   dnnl::memory src = Mem(w_f32_, env_, w);
   dnnl::memory dst_fwd = Mem(fwd_.weights_md(), env_, fwd);
   dnnl::memory dst_bwd = Mem(bwd_data_.weights_md(), env_, bwd);
-  to_fwd_.execute(env_->stream, src_t, dst_fwd);
-  to_bwd_.execute(env_->stream, src, dst_bwd);
-  env_->stream.wait();
+  to_fwd_.execute(on, src_t, dst_fwd);
+  to_bwd_.execute(on, src, dst_bwd);
+  on.wait();
 }
 
 size_t Linear::fwd_weights_bytes() const {

@@ -107,7 +107,10 @@ class Linear {
   Linear(DnnlEnv* env, const Options& options);
   // Blocked weights: writes the forward and backward-data copies of W from
   // the f32 (N, K) arena tensor (fwd_weights_bytes() / bwd_weights_bytes()).
-  void PrepareWeights(const float* w, void* fwd, void* bwd);
+  // With `stream`, runs on it (one stream per thread when several threads
+  // prepare different layers at once); else on the env's stream.
+  void PrepareWeights(const float* w, void* fwd, void* bwd,
+                      dnnl::stream* stream = nullptr);
   size_t fwd_weights_bytes() const;
   size_t bwd_weights_bytes() const;
   // x (M, K) cdt; w (N, K) cdt, or the forward copy when blocked; b (N) f32;

@@ -124,6 +124,7 @@ class TransformerModel final : public Model {
   kernels::dt cdt_;
   size_t csize_;
   kernels::DnnlEnv env_;
+  std::vector<dnnl::stream> thread_streams_;  // Prepare's parallel reorders
   std::map<std::pair<int, int>, std::unique_ptr<Plan>> plans_;
   Plan* plan_ = nullptr;
   const FloatArena* params_ = nullptr;
