@@ -291,6 +291,7 @@ int RunNonInferiority(int argc, char** argv) {
     global[s] = Parse(RunOne(o, "global", seed, 1));
     if (global[s].json.empty()) return 1;
     std::printf("seed %d global: %s\n", seed, global[s].json.c_str());
+    std::fflush(stdout);
     for (int k : o.stages) {
       Run r = Parse(RunOne(o, "rgc", seed, k));
       if (r.json.empty()) return 1;
