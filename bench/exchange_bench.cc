@@ -33,6 +33,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "bench/bench_registry.h"
+#include "bench/iperf3_baseline.h"
 #include "gasloc/v1/peer.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "common/crc32c.h"
@@ -265,6 +266,11 @@ double ExchangeSeconds(Node& a, Node& b, const TransferKey& key,
   return seconds;
 }
 
+// "62%", or "" for a ratio that was not measured (0).
+std::string Percent(double ratio) {
+  return ratio > 0 ? absl::StrCat(static_cast<int>(100 * ratio), "%") : "";
+}
+
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -380,6 +386,10 @@ int RunExchangeBench(int argc, char** argv) {
       return 1;
     }
   }
+  const bool have_iperf3 = HaveIperf3();
+  if (!have_iperf3)
+    std::printf("iperf3 not found: the wire/iperf3 column stays empty "
+                "(apt-get install iperf3)\n");
   uint64_t round = 0;
   std::string json = "{\"bench\":\"exchange\",\"results\":[";
   bool first_json = true;
@@ -394,9 +404,10 @@ int RunExchangeBench(int argc, char** argv) {
     std::printf("model %llu floats (%.1f MB fp32)\n",
                 static_cast<unsigned long long>(floats), model_bytes / 1e6);
     PrintCodecSpeed(config, model_a, scratch_a);
-    std::printf("  %-5s %6s %-9s %-7s %9s %10s %10s %10s %10s %s\n", "enc",
-                "chunk", "direction", "http2", "TCP GB/s", "wire GB/s",
-                "model GB/s", "wire/TCP", "model/TCP", "wire/raw-gRPC");
+    std::printf("  %-5s %6s %-9s %-7s %9s %10s %10s %10s %10s %12s %s\n",
+                "enc", "chunk", "direction", "http2", "TCP GB/s", "wire GB/s",
+                "model GB/s", "wire/TCP", "model/TCP", "wire/iperf3",
+                "wire/raw-gRPC");
     for (v1::WireEncoding encoding : config.encodings) {
       const double wire_per_model =
           encoding == v1::WIRE_ENCODING_BF16 ? 0.5 : 1.0;
@@ -412,7 +423,8 @@ int RunExchangeBench(int argc, char** argv) {
           const size_t n_setups = setups.size();
           std::vector<double> tcp_gbs;
           std::vector<std::vector<double>> model_gbs(n_setups),
-              ratios(n_setups), grpc_ratios(n_setups);
+              ratios(n_setups), grpc_ratios(n_setups),
+              iperf_ratios(n_setups);
           for (int r = 0; r < config.reps; ++r) {
             const double tcp_s = TcpSeconds(model_bytes, both_ways);
             if (tcp_s <= 0) {
@@ -420,6 +432,12 @@ int RunExchangeBench(int argc, char** argv) {
               return 1;
             }
             tcp_gbs.push_back(directions * model_bytes / tcp_s / 1e9);
+            // iperf3 (one stream) for the one-way rows: the wire bytes.
+            const double iperf_s =
+                both_ways || !have_iperf3
+                    ? -1
+                    : Iperf3Seconds(
+                          static_cast<uint64_t>(model_bytes * wire_per_model));
             for (size_t k = 0; k < n_setups; ++k) {
               Setup& setup = *setups[k];
               options.deadline = absl::Now() + absl::Seconds(300);
@@ -435,6 +453,7 @@ int RunExchangeBench(int argc, char** argv) {
                     static_cast<uint64_t>(model_bytes * wire_per_model),
                     options.chunk_bytes, setup.bulk_tuning);
                 if (g > 0) grpc_ratios[k].push_back(g / s);
+                if (iperf_s > 0) iperf_ratios[k].push_back(iperf_s / s);
               }
               model_gbs[k].push_back(directions * model_bytes / s / 1e9);
               ratios[k].push_back(tcp_s / s);
@@ -449,15 +468,15 @@ int RunExchangeBench(int argc, char** argv) {
             const double wire_ratio = model_ratio * wire_per_model;
             const double grpc_ratio =
                 grpc_ratios[k].empty() ? 0 : Median(grpc_ratios[k]);
+            const double iperf_ratio =
+                iperf_ratios[k].empty() ? 0 : Median(iperf_ratios[k]);
             const std::string enc = EncodingName(encoding);
             std::printf(
                 "  %-5s %4uKiB %-9s %-7s %9.2f %10.2f %10.2f %9.0f%% %9.0f%% "
-                "%s\n",
+                "%12s %s\n",
                 enc.c_str(), kib, both_ways ? "both" : "one", http2, tcp, wire,
                 model, 100 * wire_ratio, 100 * model_ratio,
-                both_ways ? ""
-                          : absl::StrCat(static_cast<int>(100 * grpc_ratio),
-                                         "%").c_str());
+                Percent(iperf_ratio).c_str(), Percent(grpc_ratio).c_str());
             absl::StrAppend(
                 &json, first_json ? "" : ",", "{\"floats\":", floats,
                 ",\"encoding\":\"", enc, "\",\"chunk_kib\":", kib,
@@ -465,7 +484,8 @@ int RunExchangeBench(int argc, char** argv) {
                 ",\"http2\":\"", http2, "\",\"tcp_gbps\":", tcp,
                 ",\"wire_gbps\":", wire, ",\"model_gbps\":", model,
                 ",\"wire_ratio\":", wire_ratio, ",\"model_ratio\":",
-                model_ratio, ",\"wire_vs_raw_grpc\":", grpc_ratio, "}");
+                model_ratio, ",\"wire_vs_iperf3\":", iperf_ratio,
+                ",\"wire_vs_raw_grpc\":", grpc_ratio, "}");
             first_json = false;
           }
         }
