@@ -295,7 +295,9 @@ void Coordinator::ReleaseWorker(WorkerRec& w, absl::Time now) {
   JobRec& job = it->second;
   auto member = job.members.find(w.stored.worker_id);
   if (member != job.members.end()) {
-    Contribute(job, member->second, -1);
+    // A member that finished the job keeps its last loss and bpb in the
+    // job's means (the final bpb is every finisher's, not the last one's).
+    if (!member->second.got_stop) Contribute(job, member->second, -1);
     job.members.erase(member);
   }
   if (store_ != nullptr)

@@ -19,6 +19,8 @@ PACKAGES=(
   libsqlite3-dev sqlite3
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
+  # the raw-TCP baseline of gasloc-bench exchange (issue 5 names iperf3)
+  iperf3
   # independent reference model for parity tests and speed comparisons
   python3 python3-torch python3-numpy libopenblas0-openmp
 )

@@ -86,17 +86,27 @@ void ReplaceOnce(std::string* text, const std::string& from,
   text->replace(text->find(from), from.size(), to);
 }
 
-// Every "expr" of the dashboard's panels, rows included.
-void CollectPanelExprs(const ListValue& panels, std::vector<std::string>* out) {
+// Every "expr" of the dashboard's panels (rows included), and the uid of
+// every data source a panel or query names.
+void CollectPanelExprs(const ListValue& panels, std::vector<std::string>* exprs,
+                       std::vector<std::string>* uids) {
+  auto add_uid = [uids](const Struct& s) {
+    if (const Value* ds = Field(s, "datasource"))
+      if (const Value* uid = Field(ds->struct_value(), "uid"))
+        uids->push_back(uid->string_value());
+  };
   for (const Value& panel : panels.values()) {
     const Struct& p = panel.struct_value();
+    add_uid(p);
     if (const Value* targets = Field(p, "targets")) {
-      for (const Value& target : targets->list_value().values())
+      for (const Value& target : targets->list_value().values()) {
+        add_uid(target.struct_value());
         if (const Value* expr = Field(target.struct_value(), "expr"))
-          out->push_back(expr->string_value());
+          exprs->push_back(expr->string_value());
+      }
     }
     if (const Value* nested = Field(p, "panels"))
-      CollectPanelExprs(nested->list_value(), out);
+      CollectPanelExprs(nested->list_value(), exprs, uids);
   }
 }
 
@@ -261,8 +271,16 @@ TEST(ObservabilityTest, ShippedDashboardAndAlertsWorkAgainstARealCluster) {
 
   // Every panel expression: parses, and returns data once a few rounds
   // have been scraped (retried for up to 40 s while data lands).
-  std::vector<std::string> panel_exprs;
-  CollectPanelExprs(Field(dashboard, "panels")->list_value(), &panel_exprs);
+  std::vector<std::string> panel_exprs, datasource_uids;
+  CollectPanelExprs(Field(dashboard, "panels")->list_value(), &panel_exprs,
+                    &datasource_uids);
+  // Every query goes to the data source the provisioning file defines.
+  const std::string provisioned =
+      ReadFile(Source("deploy/grafana/provisioning/datasources/gasloc.yml"));
+  for (const std::string& uid : datasource_uids)
+    EXPECT_THAT(provisioned, ::testing::HasSubstr(absl::StrCat("uid: ", uid)))
+        << "the dashboard uses data source " << uid
+        << ", which deploy/grafana/provisioning does not define";
   ASSERT_GE(panel_exprs.size(), 20u);
   for (std::string& expr : panel_exprs) {
     expr = absl::StrReplaceAll(expr, {{"${job}", absl::StrCat(job)},

@@ -111,8 +111,12 @@ absl::StatusOr<v1::ReportRoundRequest> RoundRunner::RunRound(
         "round ", round, ": the outer update produced non-finite parameters; "
         "parameters restored to the round's start"));
   }
+  // Evaluate every eval_interval rounds and always on the job's last round
+  // (when the job stops by round count), so the final bpb is current.
   const uint32_t eval_interval = options_.spec.data().eval_interval_rounds();
-  if (eval_interval > 0 && (round + 1) % eval_interval == 0) {
+  const uint64_t max_rounds = options_.spec.stop().max_rounds();
+  const bool last_round = max_rounds > 0 && round + 1 >= max_rounds;
+  if (last_round || (eval_interval > 0 && (round + 1) % eval_interval == 0)) {
     Progress({round, assignment.local_steps(), report.train_loss(), 0, 0,
               v1::WORKER_ACTIVITY_EVALUATING});
     ASSIGN_OR_RETURN(float bpb, trainer_->EvaluateBpb());

@@ -304,6 +304,26 @@ TEST(RoundRunner, CheckpointRestoresTheOuterStateExactly) {
             absl::StatusCode::kFailedPrecondition);
 }
 
+TEST(RoundRunner, EvaluatesOnTheLastRoundEvenWithoutAnInterval) {
+  InProcessNetwork network;
+  v1::JobSpec spec = Spec(v1::ALGORITHM_GASLOC, 300);
+  spec.mutable_data()->set_eval_interval_rounds(0);  // "only at the end"
+  spec.mutable_stop()->set_max_rounds(3);
+  FakeTrainer trainer(FakeLayout(), 1.0f);
+  auto transport = network.Join(1);
+  RoundRunner runner({1, kJob, spec, {}}, &trainer, transport.get(),
+                     &RealClock::Get());
+  for (uint64_t r = 0; r < 3; ++r) {
+    auto report = runner.RunRound(GossipAssignment(r, 1, {}, 0.5f, 2));
+    ASSERT_TRUE(report.ok()) << report.status();
+    if (r < 2) {
+      EXPECT_EQ(report->val_bpb(), 0.0f) << "round " << r;
+    } else {
+      EXPECT_GT(report->val_bpb(), 0.0f) << "the last round must evaluate";
+    }
+  }
+}
+
 TEST(RoundRunner, RejectsAssignmentsOfAnotherJob) {
   InProcessNetwork network;
   FakeTrainer trainer(FakeLayout(), 1.0f);
