@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <memory>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -32,10 +33,12 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "bench/bench_registry.h"
+#include "bench/iperf3_baseline.h"
 #include "gasloc/v1/peer.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "common/crc32c.h"
 #include "server/grpc_peer_transport.h"
+#include "server/http2_tuning.h"
 #include "server/peer_service.h"
 #include "server/server_runner.h"
 #include "worker/exchange/wire_codec.h"
@@ -49,6 +52,8 @@ struct Config {
                                              v1::WIRE_ENCODING_BF16};
   std::vector<uint32_t> chunk_kib = {256, 1024};
   int reps = 3;
+  // HTTP/2 transport settings to compare: bulk-tuned and/or gRPC defaults.
+  std::vector<bool> bulk_tuning = {true, false};
 };
 
 bool ParseList(const std::string& value, std::vector<uint64_t>* out) {
@@ -65,11 +70,13 @@ int Usage(const char* program, const std::string& error) {
   if (!error.empty()) std::fprintf(stderr, "%s: %s\n", program, error.c_str());
   std::printf(
       "Usage: %s [--floats=N,...] [--encodings=fp32,bf16] "
-      "[--chunk_kib=K,...] [--reps=R]\n"
+      "[--chunk_kib=K,...] [--reps=R] [--http2=bulk,default]\n"
       "  --floats     model sizes in floats (default 4194304,25000000)\n"
       "  --encodings  wire encodings (default fp32,bf16)\n"
       "  --chunk_kib  chunk payload sizes in KiB, 4..3072 (default 256,1024)\n"
-      "  --reps       runs per measurement, median reported (default 3)\n",
+      "  --reps       runs per measurement, median reported (default 3)\n"
+      "  --http2      transport settings: bulk (server/http2_tuning.h) and/or\n"
+      "               default (gRPC's own); default both\n",
       program);
   return error.empty() ? 0 : 2;
 }
@@ -172,10 +179,11 @@ class SinkService final : public v1::Peer::Service {
 // Seconds to stream `bytes` as chunks of `chunk_bytes` (one pre-built
 // message, sent repeatedly) to the sink at `address`; -1 on failure.
 double RawGrpcSeconds(const std::string& address, uint64_t bytes,
-                      uint32_t chunk_bytes) {
+                      uint32_t chunk_bytes, bool bulk_tuning) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(8 << 20);
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  if (bulk_tuning) ApplyBulkTransferArgs(args);  // as the peers'
   auto channel = grpc::CreateCustomChannel(
       address, grpc::InsecureChannelCredentials(), args);
   auto stub = v1::Peer::NewStub(channel);
@@ -199,15 +207,16 @@ double RawGrpcSeconds(const std::string& address, uint64_t bytes,
 // --- the exchange -----------------------------------------------------------
 
 struct Node {
-  explicit Node(uint64_t id)
+  Node(uint64_t id, bool bulk_tuning)
       : mailbox([id] {
           MailboxOptions o;
           o.self_id = id;
           return o;
         }()),
         service(&mailbox),
-        runner(ServerOptions{"127.0.0.1:0", {}, 8 << 20}),
-        transport(GrpcPeerTransportOptions{&mailbox, {}, 8 << 20}) {
+        runner(ServerOptions{"127.0.0.1:0", {}, 8 << 20, bulk_tuning}),
+        transport(
+            GrpcPeerTransportOptions{&mailbox, {}, 8 << 20, bulk_tuning}) {
     runner.AddService(&service);
     auto port = runner.Start();
     address = absl::StrCat("127.0.0.1:", port.ok() ? *port : 0);
@@ -257,9 +266,44 @@ double ExchangeSeconds(Node& a, Node& b, const TransferKey& key,
   return seconds;
 }
 
+// "62%", or "" for a ratio that was not measured (0).
+std::string Percent(double ratio) {
+  return ratio > 0 ? absl::StrCat(static_cast<int>(100 * ratio), "%") : "";
+}
+
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
+}
+
+// In-memory cost of the codec alone (encode + CRC + check + decode of the
+// whole model), to tell CPU-bound from network-bound.
+void PrintCodecSpeed(const Config& config, const std::vector<float>& model,
+                     std::vector<float>& scratch) {
+  const double model_bytes = 4.0 * model.size();
+  for (v1::WireEncoding encoding : config.encodings) {
+    std::vector<double> encode_s, crc_s, decode_s;
+    std::string payload;
+    for (int r = 0; r < config.reps; ++r) {
+      payload.clear();
+      absl::Time t0 = absl::Now();
+      if (!EncodePayload(model, encoding, &payload).ok()) return;
+      absl::Time t1 = absl::Now();
+      const uint32_t crc = Crc32c(payload.data(), payload.size());
+      absl::Time t2 = absl::Now();
+      if (!DecodePayload(payload, encoding, scratch).ok() || crc == 1) return;
+      absl::Time t3 = absl::Now();
+      encode_s.push_back(absl::ToDoubleSeconds(t1 - t0));
+      crc_s.push_back(absl::ToDoubleSeconds(t2 - t1));
+      decode_s.push_back(absl::ToDoubleSeconds(t3 - t2));
+    }
+    std::printf(
+        "  codec %s in memory, GB/s of model bytes: encode %.2f, crc32c "
+        "%.2f, check+decode %.2f\n",
+        EncodingName(encoding).c_str(), model_bytes / Median(encode_s) / 1e9,
+        model_bytes / Median(crc_s) / 1e9,
+        model_bytes / Median(decode_s) / 1e9);
+  }
 }
 
 int RunExchangeBench(int argc, char** argv) {
@@ -296,6 +340,14 @@ int RunExchangeBench(int argc, char** argv) {
                                              "' (fp32, bf16)"));
         }
       }
+    } else if (name == "--http2") {
+      config.bulk_tuning.clear();
+      for (absl::string_view t : absl::StrSplit(value, ',')) {
+        if (t != "bulk" && t != "default")
+          return Usage(argv[0], absl::StrCat("unknown --http2 '", t,
+                                             "' (bulk, default)"));
+        config.bulk_tuning.push_back(t == "bulk");
+      }
     } else if (name == "--reps") {
       if (!ParseList(value, &list) || list.size() != 1)
         return Usage(argv[0], "--reps wants one positive integer");
@@ -305,20 +357,39 @@ int RunExchangeBench(int argc, char** argv) {
     }
   }
 
-  Node a(1), b(2);
-  if (a.address.ends_with(":0") || b.address.ends_with(":0")) {
-    std::fprintf(stderr, "cannot start the loopback servers\n");
-    return 1;
+  // One pair of workers and one sink per transport setting.
+  struct Setup {
+    explicit Setup(bool bulk)
+        : bulk_tuning(bulk),
+          a(1, bulk),
+          b(2, bulk),
+          sink_runner(ServerOptions{"127.0.0.1:0", {}, 8 << 20, bulk}) {
+      sink_runner.AddService(&sink);
+      auto port = sink_runner.Start();
+      sink_address = absl::StrCat("127.0.0.1:", port.ok() ? *port : 0);
+    }
+    bool ok() const {
+      return !a.address.ends_with(":0") && !b.address.ends_with(":0") &&
+             !sink_address.ends_with(":0");
+    }
+    bool bulk_tuning;
+    Node a, b;
+    SinkService sink;
+    ServerRunner sink_runner;
+    std::string sink_address;
+  };
+  std::vector<std::unique_ptr<Setup>> setups;
+  for (bool bulk : config.bulk_tuning) {
+    setups.push_back(std::make_unique<Setup>(bulk));
+    if (!setups.back()->ok()) {
+      std::fprintf(stderr, "cannot start the loopback servers\n");
+      return 1;
+    }
   }
-  SinkService sink;
-  ServerRunner sink_runner(ServerOptions{"127.0.0.1:0", {}, 8 << 20});
-  sink_runner.AddService(&sink);
-  auto sink_port = sink_runner.Start();
-  if (!sink_port.ok()) {
-    std::fprintf(stderr, "cannot start the sink server\n");
-    return 1;
-  }
-  const std::string sink_address = absl::StrCat("127.0.0.1:", *sink_port);
+  const bool have_iperf3 = HaveIperf3();
+  if (!have_iperf3)
+    std::printf("iperf3 not found: the wire/iperf3 column stays empty "
+                "(apt-get install iperf3)\n");
   uint64_t round = 0;
   std::string json = "{\"bench\":\"exchange\",\"results\":[";
   bool first_json = true;
@@ -332,35 +403,11 @@ int RunExchangeBench(int argc, char** argv) {
     std::vector<float> scratch_a(floats), scratch_b(floats);
     std::printf("model %llu floats (%.1f MB fp32)\n",
                 static_cast<unsigned long long>(floats), model_bytes / 1e6);
-    // In-memory cost of the codec alone (encode + CRC + check + decode of
-    // the whole model), to tell CPU-bound from network-bound.
-    for (v1::WireEncoding encoding : config.encodings) {
-      std::vector<double> encode_s, crc_s, decode_s;
-      std::string payload;
-      for (int r = 0; r < config.reps; ++r) {
-        payload.clear();
-        absl::Time t0 = absl::Now();
-        if (!EncodePayload(model_a, encoding, &payload).ok()) return 1;
-        absl::Time t1 = absl::Now();
-        const uint32_t crc = Crc32c(payload.data(), payload.size());
-        absl::Time t2 = absl::Now();
-        if (!DecodePayload(payload, encoding, scratch_a).ok() || crc == 1)
-          return 1;
-        absl::Time t3 = absl::Now();
-        encode_s.push_back(absl::ToDoubleSeconds(t1 - t0));
-        crc_s.push_back(absl::ToDoubleSeconds(t2 - t1));
-        decode_s.push_back(absl::ToDoubleSeconds(t3 - t2));
-      }
-      std::printf(
-          "  codec %s in memory, GB/s of model bytes: encode %.2f, crc32c "
-          "%.2f, check+decode %.2f\n",
-          EncodingName(encoding).c_str(), model_bytes / Median(encode_s) / 1e9,
-          model_bytes / Median(crc_s) / 1e9,
-          model_bytes / Median(decode_s) / 1e9);
-    }
-    std::printf("  %-5s %6s %-9s %9s %10s %10s %10s %10s %s\n", "enc",
-                "chunk", "direction", "TCP GB/s", "wire GB/s", "model GB/s",
-                "wire/TCP", "model/TCP", "wire/raw-gRPC");
+    PrintCodecSpeed(config, model_a, scratch_a);
+    std::printf("  %-5s %6s %-9s %-7s %9s %10s %10s %10s %10s %12s %s\n",
+                "enc", "chunk", "direction", "http2", "TCP GB/s", "wire GB/s",
+                "model GB/s", "wire/TCP", "model/TCP", "wire/iperf3",
+                "wire/raw-gRPC");
     for (v1::WireEncoding encoding : config.encodings) {
       const double wire_per_model =
           encoding == v1::WIRE_ENCODING_BF16 ? 0.5 : 1.0;
@@ -370,56 +417,77 @@ int RunExchangeBench(int argc, char** argv) {
           options.encoding = encoding;
           options.chunk_bytes = kib << 10;
           const double directions = both_ways ? 2 : 1;
-          // Each rep measures TCP and then the exchange right after it, so
-          // both see the same machine load; medians over reps.
-          std::vector<double> tcp_gbs, model_gbs, ratios, grpc_ratios;
+          // Each rep measures TCP and then, right after it, the exchange
+          // with every transport setting, so all see the same machine
+          // load; medians over reps.
+          const size_t n_setups = setups.size();
+          std::vector<double> tcp_gbs;
+          std::vector<std::vector<double>> model_gbs(n_setups),
+              ratios(n_setups), grpc_ratios(n_setups),
+              iperf_ratios(n_setups);
           for (int r = 0; r < config.reps; ++r) {
             const double tcp_s = TcpSeconds(model_bytes, both_ways);
             if (tcp_s <= 0) {
               std::fprintf(stderr, "raw TCP baseline failed\n");
               return 1;
             }
-            options.deadline = absl::Now() + absl::Seconds(300);
-            const TransferKey key{1, ++round, v1::EXCHANGE_PHASE_GOSSIP, 0};
-            const double s =
-                ExchangeSeconds(a, b, key, model_a, model_b, scratch_a,
-                                scratch_b, both_ways, options);
-            if (s < 0) return 1;
-            if (!both_ways) {
-              // The wire bytes of this encoding through bare gRPC.
-              const double g = RawGrpcSeconds(
-                  sink_address,
-                  static_cast<uint64_t>(model_bytes * wire_per_model),
-                  options.chunk_bytes);
-              if (g > 0) grpc_ratios.push_back(g / s);
-            }
             tcp_gbs.push_back(directions * model_bytes / tcp_s / 1e9);
-            model_gbs.push_back(directions * model_bytes / s / 1e9);
-            ratios.push_back(tcp_s / s);
+            // iperf3 (one stream) for the one-way rows: the wire bytes.
+            const double iperf_s =
+                both_ways || !have_iperf3
+                    ? -1
+                    : Iperf3Seconds(
+                          static_cast<uint64_t>(model_bytes * wire_per_model));
+            for (size_t k = 0; k < n_setups; ++k) {
+              Setup& setup = *setups[k];
+              options.deadline = absl::Now() + absl::Seconds(300);
+              const TransferKey key{1, ++round, v1::EXCHANGE_PHASE_GOSSIP, 0};
+              const double s =
+                  ExchangeSeconds(setup.a, setup.b, key, model_a, model_b,
+                                  scratch_a, scratch_b, both_ways, options);
+              if (s < 0) return 1;
+              if (!both_ways) {
+                // The wire bytes of this encoding through bare gRPC.
+                const double g = RawGrpcSeconds(
+                    setup.sink_address,
+                    static_cast<uint64_t>(model_bytes * wire_per_model),
+                    options.chunk_bytes, setup.bulk_tuning);
+                if (g > 0) grpc_ratios[k].push_back(g / s);
+                if (iperf_s > 0) iperf_ratios[k].push_back(iperf_s / s);
+              }
+              model_gbs[k].push_back(directions * model_bytes / s / 1e9);
+              ratios[k].push_back(tcp_s / s);
+            }
           }
           const double tcp = Median(tcp_gbs);
-          const double model = Median(model_gbs);
-          const double wire = model * wire_per_model;
-          const double model_ratio = Median(ratios);
-          const double wire_ratio = model_ratio * wire_per_model;
-          const double grpc_ratio =
-              grpc_ratios.empty() ? 0 : Median(grpc_ratios);
-          const std::string enc = EncodingName(encoding);
-          std::printf(
-              "  %-5s %4uKiB %-9s %9.2f %10.2f %10.2f %9.0f%% %9.0f%% %s\n",
-              enc.c_str(), kib, both_ways ? "both" : "one", tcp, wire, model,
-              100 * wire_ratio, 100 * model_ratio,
-              both_ways ? "" : absl::StrCat(static_cast<int>(100 * grpc_ratio),
-                                            "%").c_str());
-          absl::StrAppend(
-              &json, first_json ? "" : ",", "{\"floats\":", floats,
-              ",\"encoding\":\"", enc, "\",\"chunk_kib\":", kib,
-              ",\"both_ways\":", both_ways ? "true" : "false",
-              ",\"tcp_gbps\":", tcp, ",\"wire_gbps\":", wire,
-              ",\"model_gbps\":", model, ",\"wire_ratio\":", wire_ratio,
-              ",\"model_ratio\":", model_ratio, ",\"wire_vs_raw_grpc\":",
-              grpc_ratio, "}");
-          first_json = false;
+          for (size_t k = 0; k < n_setups; ++k) {
+            const char* http2 = setups[k]->bulk_tuning ? "bulk" : "default";
+            const double model = Median(model_gbs[k]);
+            const double wire = model * wire_per_model;
+            const double model_ratio = Median(ratios[k]);
+            const double wire_ratio = model_ratio * wire_per_model;
+            const double grpc_ratio =
+                grpc_ratios[k].empty() ? 0 : Median(grpc_ratios[k]);
+            const double iperf_ratio =
+                iperf_ratios[k].empty() ? 0 : Median(iperf_ratios[k]);
+            const std::string enc = EncodingName(encoding);
+            std::printf(
+                "  %-5s %4uKiB %-9s %-7s %9.2f %10.2f %10.2f %9.0f%% %9.0f%% "
+                "%12s %s\n",
+                enc.c_str(), kib, both_ways ? "both" : "one", http2, tcp, wire,
+                model, 100 * wire_ratio, 100 * model_ratio,
+                Percent(iperf_ratio).c_str(), Percent(grpc_ratio).c_str());
+            absl::StrAppend(
+                &json, first_json ? "" : ",", "{\"floats\":", floats,
+                ",\"encoding\":\"", enc, "\",\"chunk_kib\":", kib,
+                ",\"both_ways\":", both_ways ? "true" : "false",
+                ",\"http2\":\"", http2, "\",\"tcp_gbps\":", tcp,
+                ",\"wire_gbps\":", wire, ",\"model_gbps\":", model,
+                ",\"wire_ratio\":", wire_ratio, ",\"model_ratio\":",
+                model_ratio, ",\"wire_vs_iperf3\":", iperf_ratio,
+                ",\"wire_vs_raw_grpc\":", grpc_ratio, "}");
+            first_json = false;
+          }
         }
       }
     }

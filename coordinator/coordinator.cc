@@ -1,6 +1,7 @@
 #include "coordinator/coordinator.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <limits>
 
@@ -126,6 +127,8 @@ absl::Status Coordinator::Load(absl::Time now) {
       w.lease_expiry = now + options_.lease;
       w.last_heartbeat = now;
       leases_.insert({w.lease_expiry, w.stored.worker_id});
+      if (options_.metrics != nullptr)
+        options_.metrics->RecordWorkerJoin("restored");
     }
     workers_.emplace(w.stored.worker_id, std::move(w));
   }
@@ -136,6 +139,7 @@ absl::Status Coordinator::Load(absl::Time now) {
     JobRec& job = jobs_[id];
     job.stored = std::move(sj);
     if (job.stored.status.state() != v1::JOB_STATE_RUNNING) continue;
+    if (options_.metrics != nullptr) options_.metrics->BeginJob(id);
     ASSIGN_OR_RETURN(std::vector<StoredMember> members,
                      store_->LoadMembers(id));
     for (StoredMember& m : members) job.members[m.worker_id] = m;
@@ -252,6 +256,8 @@ void Coordinator::ExpireLeases(absl::Time now) {
     GASLOC_LOG(WARNING) << "worker " << id << " (" << w.stored.info.address()
                         << ") lease expired: dead";
     w.stored.state = v1::WORKER_STATE_DEAD;
+    if (options_.metrics != nullptr)
+      options_.metrics->RecordWorkerLeave("lease_expired");
     idle_.erase(id);
     ReleaseWorker(w, now);
     SaveWorker(w);
@@ -289,7 +295,9 @@ void Coordinator::ReleaseWorker(WorkerRec& w, absl::Time now) {
   JobRec& job = it->second;
   auto member = job.members.find(w.stored.worker_id);
   if (member != job.members.end()) {
-    Contribute(job, member->second, -1);
+    // A member that finished the job keeps its last loss and bpb in the
+    // job's means (the final bpb is every finisher's, not the last one's).
+    if (!member->second.got_stop) Contribute(job, member->second, -1);
     job.members.erase(member);
   }
   if (store_ != nullptr)
@@ -326,6 +334,7 @@ void Coordinator::AssignIdleWorkers(absl::Time now) {
     for (uint64_t wid : taken) BindWorker(job, workers_.at(wid));
     st.set_state(v1::JOB_STATE_RUNNING);
     st.set_started_unix_ms(UnixMs(now));
+    if (options_.metrics != nullptr) options_.metrics->BeginJob(id);
     st.set_message(absl::StrCat("running with ", taken.size(), " workers"));
     SaveJob(job);
     GASLOC_LOG(INFO) << "job " << id << " (" << st.spec().name()
@@ -412,6 +421,7 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
   Renew(w, now);
   idle_.insert(id);
   SaveWorker(w);
+  if (options_.metrics != nullptr) options_.metrics->RecordWorkerJoin("registered");
   GASLOC_LOG(INFO) << "worker " << id << " registered: " << info.address()
                    << ", " << info.cores() << " cores, version "
                    << info.software_version();
@@ -467,6 +477,7 @@ absl::Status Coordinator::LeaveWorker(const v1::LeaveWorkerRequest& request) {
                    << request.reason() << ")";
   leases_.erase({(*w)->lease_expiry, request.worker_id()});
   (*w)->stored.state = v1::WORKER_STATE_LEFT;
+  if (options_.metrics != nullptr) options_.metrics->RecordWorkerLeave("left");
   idle_.erase(request.worker_id());
   ReleaseWorker(**w, now);
   TickLocked(now);
@@ -567,6 +578,8 @@ absl::StatusOr<v1::JobStatus> Coordinator::StopJob(uint64_t job_id,
 void Coordinator::EndJob(JobRec& job, v1::JobState state,
                          const std::string& message, absl::Time now) {
   v1::JobStatus& st = job.stored.status;
+  if (options_.metrics != nullptr && st.state() == v1::JOB_STATE_RUNNING)
+    options_.metrics->EndJob(st.job_id());
   st.set_state(state);
   st.set_message(message);
   st.set_ended_unix_ms(UnixMs(now));
@@ -679,6 +692,9 @@ Coordinator::RoundRec Coordinator::MakeRoundRec(const JobRec& job,
 }
 
 void Coordinator::PlanNextRound(JobRec& job, absl::Time now) {
+  // Planning time is a measurement, not a decision: the real monotonic
+  // clock, not clock_.
+  const auto planning_start = std::chrono::steady_clock::now();
   v1::JobStatus& st = job.stored.status;
   const uint64_t r = job.next_round;
   if (auto reason = StopReason(st.spec(), r, st.tokens(),
@@ -757,6 +773,8 @@ void Coordinator::PlanNextRound(JobRec& job, absl::Time now) {
         c->set_old_local_steps(m.local_steps);
         c->set_new_local_steps(b.local_steps);
         c->set_reason(reason);
+        if (options_.metrics != nullptr)
+          options_.metrics->RecordBudgetChange(st.job_id(), b);
         GASLOC_LOG(INFO) << "job " << st.job_id() << " round " << r
                          << ": worker " << wid << " H " << m.local_steps
                          << " -> " << b.local_steps << " (" << reason << ")";
@@ -798,6 +816,11 @@ void Coordinator::PlanNextRound(JobRec& job, absl::Time now) {
       job.epochs.erase(job.epochs.begin());
   }
   SaveJob(job);
+  if (options_.metrics != nullptr)
+    options_.metrics->RecordRoundPlanned(
+        st.job_id(), std::chrono::duration<double>(
+                         std::chrono::steady_clock::now() - planning_start)
+                         .count());
   if (!changes.empty()) {
     AddEvent(job, v1::JOB_EVENT_KIND_BUDGET,
              absl::StrCat("round ", r, ": ", changes.size(),
@@ -1075,6 +1098,33 @@ absl::Status Coordinator::ReportRound(const v1::ReportRoundRequest& request) {
   SaveJob(job);
   TickLocked(now);
   return EndTxn();
+}
+
+// -------------------------------------------------------------- metrics
+
+CoordinatorGaugeState Coordinator::GaugeState() const {
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = clock_->Now();
+  CoordinatorGaugeState state;
+  for (v1::JobState s : {v1::JOB_STATE_PENDING, v1::JOB_STATE_RUNNING,
+                         v1::JOB_STATE_FINISHED, v1::JOB_STATE_FAILED,
+                         v1::JOB_STATE_STOPPED})
+    state.jobs_by_state[s] = 0;
+  // Every live worker holds exactly one lease.
+  state.live_workers.reserve(leases_.size());
+  for (const auto& [expiry, id] : leases_)
+    state.live_workers.push_back(
+        {id, absl::ToDoubleSeconds(now - workers_.at(id).last_heartbeat)});
+  std::sort(state.live_workers.begin(), state.live_workers.end(),
+            [](const auto& a, const auto& b) { return a.worker_id < b.worker_id; });
+  for (const auto& [id, job] : jobs_) {
+    const v1::JobState s = job.stored.status.state();
+    ++state.jobs_by_state[s];
+    if (s == v1::JOB_STATE_PENDING || s == v1::JOB_STATE_RUNNING)
+      state.active_jobs.push_back({id, job.stored.status.epoch(),
+                                   static_cast<uint32_t>(job.members.size())});
+  }
+  return state;
 }
 
 // ---------------------------------------------------------------- watch

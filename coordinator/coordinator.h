@@ -35,6 +35,7 @@
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "coordinator/budget.h"
+#include "coordinator/coordinator_metrics.h"
 #include "coordinator/schedule.h"
 #include "coordinator/store.h"
 #include "gasloc/v1/coordinator.pb.h"
@@ -56,6 +57,25 @@ struct CoordinatorOptions {
   absl::Duration default_wait = absl::Seconds(10);
   // Events kept per job for WatchJob.
   size_t events_kept = 256;
+  // Not owned; null = no metrics (docs/metrics.md).
+  CoordinatorMetrics* metrics = nullptr;
+};
+
+// What the scrape-time gauges show (CoordinatorGauges in
+// coordinator_metrics.h), read in one short critical section.
+struct CoordinatorGaugeState {
+  struct Worker {
+    uint64_t worker_id = 0;
+    double heartbeat_age_seconds = 0;
+  };
+  struct Job {
+    uint64_t job_id = 0;
+    uint64_t epoch = 0;
+    uint32_t members = 0;
+  };
+  std::vector<Worker> live_workers;               // by id
+  std::map<v1::JobState, uint32_t> jobs_by_state;  // every state, 0 included
+  std::vector<Job> active_jobs;                    // PENDING and RUNNING
 };
 
 // Why a job must stop before planning `next_round`, or nullopt to go on:
@@ -127,6 +147,10 @@ class Coordinator {
   // Expires leases, starts pending jobs, fails orphaned ones. Every call
   // does this too; the server also calls it periodically.
   void Tick();
+
+  // For the metrics: live workers with their heartbeat ages, jobs by state,
+  // active jobs' epochs and member counts. Reads only (no Tick).
+  CoordinatorGaugeState GaugeState() const;
 
  private:
   struct WorkerRec {

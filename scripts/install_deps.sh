@@ -13,12 +13,14 @@ PACKAGES=(
   libabsl-dev
   # kernels (oneDNN 2.6; OpenMP runtime comes with g++)
   libdnnl-dev ocl-icd-opencl-dev opencl-headers
-  # metrics
-  prometheus-cpp-dev
+  # metrics; the Prometheus server and promtool for the observability tests
+  prometheus-cpp-dev prometheus
   # coordinator state
   libsqlite3-dev sqlite3
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
+  # the raw-TCP baseline of gasloc-bench exchange (issue 5 names iperf3)
+  iperf3
   # independent reference model for parity tests and speed comparisons
   python3 python3-torch python3-numpy libopenblas0-openmp
 )
@@ -40,3 +42,12 @@ if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 echo "install_deps: installing ${#missing[@]} package(s): ${missing[*]}"
 $SUDO apt-get update -q
 DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+
+# Debian starts the packaged Prometheus service on install (port 9090). The
+# tests run their own Prometheus on free ports with temporary storage and do
+# not need it: stop and disable it if we just installed it.
+if [[ " ${missing[*]} " == *" prometheus "* ]] && [ -d /run/systemd/system ]; then
+  $SUDO systemctl disable --now prometheus >/dev/null 2>&1 || true
+  echo "install_deps: stopped and disabled the packaged prometheus service" \
+       "(gasloc's tests start their own; re-enable: systemctl enable --now prometheus)"
+fi

@@ -9,6 +9,17 @@
 #     --algorithm A      gasloc | diloco | local-sgd | dpsgd | data-parallel
 #     --rounds R         outer rounds (default 20)
 #     --local-steps H    inner steps per round (default 40)
+#     --model M          tiny (2 layers, d 128, ctx 128, batch 8; default) or
+#                        S (preset S: 4 layers, d 256, ctx 256, batch 16)
+#     --threads N        compute threads per worker (default: cores / workers)
+#     --lr X             peak AdamW learning rate (default 0.002)
+#     --warmup N         AdamW warmup steps (default 20)
+#     --eval-windows N   validation windows (default 32)
+#     --eval-every R     evaluate every R rounds, and on the last (default 3)
+#     --seed N           job seed (default 1)
+#     --uniform-budget   every worker does exactly H steps a round (default:
+#                        the algorithm's budget policy)
+#     --no-sample        do not print a generated sample at the end
 #     --build DIR        build folder (default build/release)
 #     --run-dir DIR      where logs, state and checkpoints go
 #                        (default runs/local-<timestamp>)
@@ -23,6 +34,15 @@ local_steps=40
 build=build/release
 run_dir=""
 corpus=/usr/share/common-licenses
+model=tiny
+threads=""
+lr=0.002
+warmup=20
+eval_windows=32
+eval_every=3
+seed=1
+sample=1
+budget_json=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --workers) workers="$2"; shift 2 ;;
@@ -31,7 +51,16 @@ while [ $# -gt 0 ]; do
     --local-steps) local_steps="$2"; shift 2 ;;
     --build) build="$2"; shift 2 ;;
     --run-dir) run_dir="$2"; shift 2 ;;
-    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --model) model="$2"; shift 2 ;;
+    --threads) threads="$2"; shift 2 ;;
+    --lr) lr="$2"; shift 2 ;;
+    --warmup) warmup="$2"; shift 2 ;;
+    --eval-windows) eval_windows="$2"; shift 2 ;;
+    --eval-every) eval_every="$2"; shift 2 ;;
+    --seed) seed="$2"; shift 2 ;;
+    --no-sample) sample=0; shift ;;
+    --uniform-budget) budget_json=', "budgetPolicy": "BUDGET_POLICY_UNIFORM"'; shift ;;
+    -h|--help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "local_cluster: unknown option $1" >&2; exit 2 ;;
     *) corpus="$1"; shift ;;
   esac
@@ -43,6 +72,13 @@ case "$algorithm" in
   dpsgd) algo_enum=ALGORITHM_DPSGD ;;
   data-parallel) algo_enum=ALGORITHM_DATA_PARALLEL ;;
   *) echo "local_cluster: unknown algorithm '$algorithm'" >&2; exit 2 ;;
+esac
+case "$model" in
+  tiny) model_json='{"layers": 2, "dModel": 128, "heads": 4, "context": 128}'
+        batch=8 ;;
+  S) model_json='{"layers": 4, "dModel": 256, "heads": 4, "context": 256}'
+     batch=16 ;;
+  *) echo "local_cluster: unknown model '$model' (tiny or S)" >&2; exit 2 ;;
 esac
 if [ ! -e "$corpus" ]; then
   echo "local_cluster: corpus $corpus does not exist" >&2; exit 2
@@ -85,8 +121,11 @@ port=$(wait_port "$run_dir/coordinator.out")
 coordinator="127.0.0.1:$port"
 echo "local_cluster: coordinator on $coordinator, logs in $run_dir"
 
-# Share the cores: one compute thread per worker, at least one.
-threads=$(( $(nproc) / workers )); [ "$threads" -ge 1 ] || threads=1
+# Share the cores: by default cores / workers compute threads each, at
+# least one.
+if [ -z "$threads" ]; then
+  threads=$(( $(nproc) / workers )); [ "$threads" -ge 1 ] || threads=1
+fi
 for i in $(seq 1 "$workers"); do
   mkdir -p "$run_dir/worker$i"
   OMP_WAIT_POLICY=PASSIVE "$bin/gasloc-worker" --coordinator="$coordinator" \
@@ -100,10 +139,12 @@ echo "local_cluster: $workers workers up ($threads thread(s) each)"
 cat > "$run_dir/job.json" <<JSON
 {
   "name": "local-$algorithm",
-  "model": {"layers": 2, "dModel": 128, "heads": 4, "context": 128},
-  "training": {"batch": 8, "adamw": {"lr": 0.002, "warmupSteps": 20}},
-  "data": {"corpusPath": "$corpus", "evalWindows": 32, "evalIntervalRounds": 3},
-  "outer": {"algorithm": "$algo_enum", "localSteps": $local_steps},
+  "model": $model_json,
+  "training": {"batch": $batch, "seed": "$seed",
+               "adamw": {"lr": $lr, "warmupSteps": $warmup}},
+  "data": {"corpusPath": "$corpus", "evalWindows": $eval_windows,
+           "evalIntervalRounds": $eval_every},
+  "outer": {"algorithm": "$algo_enum", "localSteps": $local_steps$budget_json},
   "exchange": {"deadlineMs": 20000},
   "checkpoint": {"directory": "$run_dir/checkpoints", "intervalRounds": 3},
   "stop": {"maxRounds": "$rounds"},
@@ -126,7 +167,7 @@ print(f"local_cluster: job {job['job_id']} {job.get('state', '?')}: "
       f"final validation bpb {job.get('val_bpb', float('nan')):.4f}")
 PY
 checkpoint=$(ls -t "$run_dir"/checkpoints/*.ckpt 2>/dev/null | head -1 || true)
-if [ -n "$checkpoint" ]; then
+if [ "$sample" = 1 ] && [ -n "$checkpoint" ]; then
   echo "local_cluster: sample from $checkpoint:"
   "$bin/gasloc-train" generate --checkpoint="$checkpoint" \
     --prompt="The " --length=200 --temperature=0.8 --top_k=40

@@ -14,7 +14,10 @@
 #include "common/version.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/store.h"
+#include "coordinator/coordinator_metrics.h"
+#include "prometheus/registry.h"
 #include "server/coordinator_service.h"
+#include "server/metrics_endpoint.h"
 #include "server/server_runner.h"
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:7070",
@@ -24,6 +27,8 @@ ABSL_FLAG(std::string, db, "gasloc-coordinator.sqlite",
           "SQLite file holding jobs and workers (created if missing).");
 ABSL_FLAG(int, lease_ms, 10000,
           "Worker lease length in milliseconds.");
+ABSL_FLAG(int, metrics_port, 0,
+          "Port of the Prometheus /metrics endpoint on 0.0.0.0 (0 = off).");
 ABSL_FLAG(std::string, tls_cert, "", "PEM server certificate (enables TLS).");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
 ABSL_FLAG(std::string, tls_ca, "",
@@ -36,7 +41,7 @@ int main(int argc, char** argv) {
       "gasloc-coordinator: tracks live workers, accepts jobs and issues every "
       "outer round's gossip pairing and local-step budgets.\n\n"
       "Usage: gasloc-coordinator [--listen=HOST:PORT] [--db=FILE] "
-      "[--lease_ms=N]");
+      "[--lease_ms=N] [--metrics_port=N]");
 
   const int lease_ms = absl::GetFlag(FLAGS_lease_ms);
   if (lease_ms < 100 || lease_ms > 3600000) {
@@ -54,8 +59,14 @@ int main(int argc, char** argv) {
                  std::string(store.status().message()).c_str());
     return 1;
   }
+  // Metrics: counters injected into the coordinator and the service,
+  // scrape-time gauges read from the coordinator.
+  const int metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  auto registry = std::make_shared<prometheus::Registry>();
+  gasloc::coordinator::CoordinatorMetrics metrics(*registry);
   gasloc::coordinator::CoordinatorOptions coordinator_options;
   coordinator_options.lease = absl::Milliseconds(lease_ms);
+  if (metrics_port != 0) coordinator_options.metrics = &metrics;
   auto coordinator = gasloc::coordinator::Coordinator::Create(
       coordinator_options, std::move(*store), &gasloc::RealClock::Get());
   if (!coordinator.ok()) {
@@ -63,7 +74,24 @@ int main(int argc, char** argv) {
                       << coordinator.status();
     return 1;
   }
-  gasloc::CoordinatorService service(coordinator->get());
+  // The exposer holds collectables weakly: `gauges` lives until main ends.
+  const std::shared_ptr<prometheus::Collectable> gauges =
+      gasloc::coordinator::CoordinatorGauges(coordinator->get());
+  std::unique_ptr<prometheus::Exposer> exposer;
+  if (metrics_port != 0) {
+    auto started =
+        gasloc::StartMetricsEndpoint(metrics_port, {registry, gauges});
+    if (!started.ok()) {
+      GASLOC_LOG(ERROR) << "gasloc-coordinator: " << started.status();
+      std::fprintf(stderr, "gasloc-coordinator: %s\n",
+                   std::string(started.status().message()).c_str());
+      return 1;
+    }
+    exposer = std::move(*started);
+  }
+  gasloc::CoordinatorServiceOptions service_options;
+  service_options.metrics = coordinator_options.metrics;
+  gasloc::CoordinatorService service(coordinator->get(), service_options);
 
   gasloc::ServerOptions options;
   options.listen_address = absl::GetFlag(FLAGS_listen);
@@ -95,6 +123,7 @@ int main(int argc, char** argv) {
   runner.Shutdown(absl::Seconds(5));
   stop_ticker.Notify();
   ticker.join();
+  exposer.reset();  // before the coordinator its gauges read
   GASLOC_LOG(INFO) << "gasloc-coordinator stopped";
   return 0;
 }

@@ -30,59 +30,74 @@ CoordinatorService::CoordinatorService(coordinator::Coordinator* coordinator,
 grpc::Status CoordinatorService::RegisterWorker(
     grpc::ServerContext*, const v1::RegisterWorkerRequest* request,
     v1::RegisterWorkerResponse* response) {
-  return Unwrap(coordinator_->RegisterWorker(*request),
-                [&](auto r) { *response = std::move(r); });
+  return Counted("RegisterWorker",
+                 Unwrap(coordinator_->RegisterWorker(*request),
+                        [&](auto r) { *response = std::move(r); }));
 }
 
 grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext*,
                                            const v1::HeartbeatRequest* request,
                                            v1::HeartbeatResponse* response) {
-  return Unwrap(coordinator_->Heartbeat(*request),
-                [&](auto r) { *response = std::move(r); });
+  return Counted("Heartbeat",
+                 Unwrap(coordinator_->Heartbeat(*request),
+                        [&](auto r) { *response = std::move(r); }));
 }
 
 grpc::Status CoordinatorService::LeaveWorker(
     grpc::ServerContext*, const v1::LeaveWorkerRequest* request,
     v1::LeaveWorkerResponse*) {
-  return ToGrpcStatus(coordinator_->LeaveWorker(*request));
+  return Counted("LeaveWorker",
+                 ToGrpcStatus(coordinator_->LeaveWorker(*request)));
 }
 
 grpc::Status CoordinatorService::ListWorkers(
     grpc::ServerContext*, const v1::ListWorkersRequest* request,
     v1::ListWorkersResponse* response) {
   *response = coordinator_->ListWorkers(*request);
-  return grpc::Status::OK;
+  return Counted("ListWorkers", grpc::Status::OK);
 }
 
 grpc::Status CoordinatorService::StartJob(grpc::ServerContext*,
                                           const v1::StartJobRequest* request,
                                           v1::StartJobResponse* response) {
-  return Unwrap(coordinator_->StartJob(request->spec()),
-                [&](auto s) { *response->mutable_job() = std::move(s); });
+  return Counted(
+      "StartJob",
+      Unwrap(coordinator_->StartJob(request->spec()),
+             [&](auto s) { *response->mutable_job() = std::move(s); }));
 }
 
 grpc::Status CoordinatorService::GetJob(grpc::ServerContext*,
                                         const v1::GetJobRequest* request,
                                         v1::GetJobResponse* response) {
-  return Unwrap(coordinator_->GetJob(request->job_id()),
-                [&](auto s) { *response->mutable_job() = std::move(s); });
+  return Counted(
+      "GetJob",
+      Unwrap(coordinator_->GetJob(request->job_id()),
+             [&](auto s) { *response->mutable_job() = std::move(s); }));
 }
 
 grpc::Status CoordinatorService::ListJobs(grpc::ServerContext*,
                                           const v1::ListJobsRequest*,
                                           v1::ListJobsResponse* response) {
   *response = coordinator_->ListJobs();
-  return grpc::Status::OK;
+  return Counted("ListJobs", grpc::Status::OK);
 }
 
 grpc::Status CoordinatorService::StopJob(grpc::ServerContext*,
                                          const v1::StopJobRequest* request,
                                          v1::StopJobResponse* response) {
-  return Unwrap(coordinator_->StopJob(request->job_id(), request->reason()),
-                [&](auto s) { *response->mutable_job() = std::move(s); });
+  return Counted(
+      "StopJob",
+      Unwrap(coordinator_->StopJob(request->job_id(), request->reason()),
+             [&](auto s) { *response->mutable_job() = std::move(s); }));
 }
 
 grpc::Status CoordinatorService::WatchJob(
+    grpc::ServerContext* context, const v1::WatchJobRequest* request,
+    grpc::ServerWriter<v1::JobEvent>* writer) {
+  return Counted("WatchJob", StreamJobEvents(context, request, writer));
+}
+
+grpc::Status CoordinatorService::StreamJobEvents(
     grpc::ServerContext* context, const v1::WatchJobRequest* request,
     grpc::ServerWriter<v1::JobEvent>* writer) {
   auto snapshot = coordinator_->WatchSnapshot(request->job_id());
@@ -125,14 +140,24 @@ grpc::Status CoordinatorService::GetAssignment(
     grpc::ServerContext* context, const v1::GetAssignmentRequest* request,
     v1::Assignment* response) {
   auto cancelled = [&] { return context->IsCancelled() || shutting_down_; };
-  return Unwrap(coordinator_->GetAssignment(*request, cancelled),
-                [&](auto a) { *response = std::move(a); });
+  return Counted("GetAssignment",
+                 Unwrap(coordinator_->GetAssignment(*request, cancelled),
+                        [&](auto a) { *response = std::move(a); }));
 }
 
 grpc::Status CoordinatorService::ReportRound(
     grpc::ServerContext*, const v1::ReportRoundRequest* request,
     v1::ReportRoundResponse*) {
-  return ToGrpcStatus(coordinator_->ReportRound(*request));
+  return Counted("ReportRound",
+                 ToGrpcStatus(coordinator_->ReportRound(*request)));
+}
+
+grpc::Status CoordinatorService::Counted(absl::string_view method,
+                                         grpc::Status status) const {
+  if (options_.metrics != nullptr)
+    options_.metrics->RecordRpc(
+        method, static_cast<absl::StatusCode>(status.error_code()));
+  return status;
 }
 
 }  // namespace gasloc

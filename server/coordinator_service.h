@@ -22,6 +22,9 @@ namespace gasloc {
 struct CoordinatorServiceOptions {
   // A WatchJob stream sends a PROGRESS event after this long without events.
   absl::Duration progress_interval = absl::Seconds(2);
+  // Counts every RPC by method and every error by method and code; not
+  // owned, null = no metrics.
+  coordinator::CoordinatorMetrics* metrics = nullptr;
 };
 
 class CoordinatorService final : public v1::Coordinator::Service {
@@ -67,6 +70,13 @@ class CoordinatorService final : public v1::Coordinator::Service {
                            v1::ReportRoundResponse* response) override;
 
  private:
+  // WatchJob's stream (WatchJob counts its outcome).
+  grpc::Status StreamJobEvents(grpc::ServerContext* context,
+                               const v1::WatchJobRequest* request,
+                               grpc::ServerWriter<v1::JobEvent>* writer);
+  // Records the RPC in the metrics and returns `status`.
+  grpc::Status Counted(absl::string_view method, grpc::Status status) const;
+
   coordinator::Coordinator* const coordinator_;
   const CoordinatorServiceOptions options_;
   std::atomic<bool> shutting_down_{false};

@@ -10,6 +10,7 @@
 #include "gasloc/v1/peer.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "common/status_macros.h"
+#include "server/http2_tuning.h"
 #include "server/peer_service.h"
 #include "worker/exchange/wire_codec.h"
 
@@ -34,6 +35,7 @@ struct GrpcPeerTransport::Impl {
     // Each peer address gets its own connection even when two share a
     // host (no subchannel sharing between our channels).
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    if (options.http2_bulk_tuning) ApplyBulkTransferArgs(args);
     auto channel = grpc::CreateCustomChannel(address, *credentials, args);
     channels.emplace(address, channel);
     return channel;

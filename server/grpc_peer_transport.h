@@ -41,6 +41,9 @@ struct GrpcPeerTransportOptions {
   CredentialsOptions credentials;
   // Largest message a channel accepts (FetchModel chunks, acks).
   int max_message_bytes = 8 << 20;
+  // HTTP/2 settings for bulk transfers on every peer channel
+  // (server/http2_tuning.h); false = gRPC's defaults.
+  bool http2_bulk_tuning = true;
 };
 
 struct FetchModelOptions {

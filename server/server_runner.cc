@@ -8,6 +8,7 @@
 #include "common/status_macros.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "server/http2_tuning.h"
 
 namespace gasloc {
 namespace {
@@ -46,6 +47,7 @@ absl::StatusOr<int> ServerRunner::Start() {
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options_.listen_address, credentials, &port_);
   builder.SetMaxReceiveMessageSize(options_.max_receive_message_bytes);
+  if (options_.http2_bulk_tuning) ApplyBulkTransferArgs(builder);
   for (grpc::Service* service : services_) builder.RegisterService(service);
   server_ = builder.BuildAndStart();
   if (server_ == nullptr || port_ == 0)

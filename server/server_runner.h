@@ -34,6 +34,9 @@ struct ServerOptions {
   // Largest message accepted, bytes. Exchange chunks are at most 3 MiB of
   // payload plus a header, so 8 MiB leaves room without inviting abuse.
   int max_receive_message_bytes = 8 << 20;
+  // HTTP/2 settings for bulk transfers (server/http2_tuning.h); false =
+  // gRPC's defaults (benchmarks compare the two).
+  bool http2_bulk_tuning = true;
 };
 
 // Blocks SIGTERM, SIGINT (and SIGPIPE, ignored) in the calling thread; call

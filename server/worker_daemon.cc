@@ -66,6 +66,10 @@ void WorkerDaemon::Shutdown(const std::string& reason) {
 }
 
 void WorkerDaemon::SetProgress(const RoundProgress& progress) {
+  if (progress.step_tokens > 0 && options_.metrics != nullptr)
+    options_.metrics->RecordStep(progress.step_seconds, progress.step_tokens,
+                                 progress.round_mean_loss,
+                                 progress.tokens_per_second);
   absl::MutexLock lock(&mu_);
   if (progress.activity == v1::WORKER_ACTIVITY_EXCHANGING &&
       progress_.activity() != v1::WORKER_ACTIVITY_EXCHANGING) {
@@ -75,8 +79,6 @@ void WorkerDaemon::SetProgress(const RoundProgress& progress) {
   progress_.set_round(progress.round);
   progress_.set_inner_step(progress.inner_step);
   progress_.set_train_loss(progress.train_loss);
-  if (progress.steps_per_second > 0 && options_.metrics != nullptr)
-    options_.metrics->SetTokensPerSecond(progress.tokens_per_second);
   if (progress.steps_per_second > 0) {
     progress_.set_steps_per_second(static_cast<float>(progress.steps_per_second));
     progress_.set_tokens_per_second(
@@ -161,6 +163,8 @@ absl::StatusOr<WorkerDaemon::Job*> WorkerDaemon::PrepareJob(
     progress_.Clear();
     progress_.set_job_id(job->job_id);
   }
+  if (options_.metrics != nullptr)
+    options_.metrics->BeginJob(job->job_id, worker_id_.load());
 
   // Resume from our own checkpoint of this job, else fetch the model from
   // a member if the coordinator named one, else start from theta_0.
@@ -198,14 +202,29 @@ absl::StatusOr<WorkerDaemon::Job*> WorkerDaemon::PrepareJob(
   return job_.get();
 }
 
+void WorkerDaemon::WriteCheckpoint(Job& job, const std::string& path) {
+  const absl::Time start = absl::Now();
+  std::error_code ignored;  // SaveCheckpoint reports a missing directory
+  std::filesystem::create_directories(job.spec.checkpoint().directory(),
+                                      ignored);
+  absl::Status saved = job.runner->SaveCheckpoint(path);
+  if (!saved.ok()) {
+    GASLOC_LOG(WARNING) << "job " << job.job_id << ": checkpoint failed: "
+                        << saved;
+    return;
+  }
+  const absl::Duration took = absl::Now() - start;
+  GASLOC_LOG(INFO) << "job " << job.job_id << ": checkpoint " << path
+                   << " written in " << took;
+  if (options_.metrics != nullptr)
+    options_.metrics->RecordCheckpoint(absl::ToDoubleSeconds(took));
+}
+
 void WorkerDaemon::DropJob(const std::string& why) {
   if (job_ == nullptr) return;
   GASLOC_LOG(INFO) << "job " << job_->job_id << " dropped: " << why;
   const std::string path = CheckpointPath(*job_);
-  if (!path.empty() && job_->last_round >= 0) {
-    absl::Status saved = job_->runner->SaveCheckpoint(path);
-    if (!saved.ok()) GASLOC_LOG(WARNING) << "final checkpoint: " << saved;
-  }
+  if (!path.empty() && job_->last_round >= 0) WriteCheckpoint(*job_, path);
   {
     absl::MutexLock lock(&mu_);
     runner_for_cancel_ = nullptr;
@@ -229,6 +248,9 @@ absl::Status WorkerDaemon::RunAssignment(const v1::Assignment& assignment) {
                    << assignment.budget_reason() << "), "
                    << assignment.peers_size() << " peer(s), "
                    << assignment.ring_order_size() << " in ring";
+  if (options_.metrics != nullptr)
+    options_.metrics->RecordRoundStart(assignment.local_steps());
+  const absl::Time round_start = absl::Now();
   auto report = job->runner->RunRound(assignment);
   if (!report.ok()) {
     bool abandoned;
@@ -241,32 +263,21 @@ absl::Status WorkerDaemon::RunAssignment(const v1::Assignment& assignment) {
       return absl::OkStatus();
     }
     if (options_.metrics != nullptr)
-      options_.metrics->RecordRoundError(
-          absl::StatusCodeToString(report.status().code()));
+      options_.metrics->RecordRoundError(report.status().code());
     return report.status();
   }
   job->last_round = static_cast<int64_t>(assignment.round());
   if (options_.metrics != nullptr)
-    options_.metrics->RecordRound(*report, assignment.local_steps());
+    options_.metrics->RecordRound(
+        *report, absl::ToDoubleSeconds(absl::Now() - round_start),
+        job->runner->failure_codes());
   const uint32_t interval = job->spec.checkpoint().interval_rounds();
   const std::string path = CheckpointPath(*job);
   if (!path.empty() && interval > 0 && (assignment.round() + 1) % interval == 0) {
     SetProgress({assignment.round(), assignment.local_steps(),
                  report->train_loss(), 0, 0,
                  v1::WORKER_ACTIVITY_CHECKPOINTING});
-    const absl::Time start = absl::Now();
-    std::filesystem::create_directories(job->spec.checkpoint().directory());
-    absl::Status saved = job->runner->SaveCheckpoint(path);
-    if (saved.ok()) {
-      GASLOC_LOG(INFO) << "job " << job->job_id << ": checkpoint " << path
-                       << " written in " << absl::Now() - start;
-      if (options_.metrics != nullptr)
-        options_.metrics->RecordCheckpoint(
-            absl::ToDoubleSeconds(absl::Now() - start));
-    } else {
-      GASLOC_LOG(WARNING) << "job " << job->job_id << ": checkpoint failed: "
-                          << saved;
-    }
+    WriteCheckpoint(*job, path);
   }
   {
     absl::MutexLock lock(&mu_);

@@ -87,6 +87,9 @@ class WorkerDaemon {
   absl::StatusOr<Job*> PrepareJob(const v1::Assignment& assignment);
   void DropJob(const std::string& why);
   std::string CheckpointPath(const Job& job) const;
+  // Saves the job's checkpoint to `path` (logs a failure; records the
+  // duration in the metrics).
+  void WriteCheckpoint(Job& job, const std::string& path);
   void SetProgress(const RoundProgress& progress);
 
   const WorkerDaemonOptions options_;

@@ -17,6 +17,7 @@
 #include "server/server_runner.h"
 #include "prometheus/exposer.h"
 #include "prometheus/registry.h"
+#include "server/metrics_endpoint.h"
 #include "server/worker_daemon.h"
 #include "worker/round/trainer_adapter.h"
 
@@ -100,10 +101,14 @@ int RunWorker() {
   auto registry = std::make_shared<prometheus::Registry>();
   WorkerMetrics metrics(*registry);
   std::unique_ptr<prometheus::Exposer> exposer;
-  if (absl::GetFlag(FLAGS_metrics_port) > 0) {
-    exposer = std::make_unique<prometheus::Exposer>(
-        absl::StrCat("0.0.0.0:", absl::GetFlag(FLAGS_metrics_port)));
-    exposer->RegisterCollectable(registry);
+  if (absl::GetFlag(FLAGS_metrics_port) != 0) {
+    auto started = StartMetricsEndpoint(absl::GetFlag(FLAGS_metrics_port),
+                                        {registry, metrics.scrape_gauges()});
+    if (!started.ok()) {
+      GASLOC_LOG(ERROR) << "gasloc-worker: " << started.status();
+      return 1;
+    }
+    exposer = std::move(*started);
     options.metrics = &metrics;
   }
   options.data_dir = absl::GetFlag(FLAGS_data_dir);
@@ -174,6 +179,6 @@ int main(int argc, char** argv) {
       "gasloc-worker: registers with the coordinator, trains the model of "
       "its job round by round and exchanges state with its peers.\n\n"
       "Usage: gasloc-worker --coordinator=HOST:PORT [--listen=HOST:PORT] "
-      "[--advertise=HOST:PORT] [--threads=N]");
+      "[--advertise=HOST:PORT] [--threads=N] [--metrics_port=N]");
   return gasloc::RunWorker();
 }

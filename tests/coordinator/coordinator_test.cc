@@ -361,6 +361,30 @@ TEST_F(CoordinatorTest, StopConditionFinishesTheJob) {
             absl::StatusCode::kFailedPrecondition);
 }
 
+TEST_F(CoordinatorTest, FinalBpbIsTheMeanOverEveryFinisher) {
+  const uint64_t a = Register(), b = Register();
+  const uint64_t job = Start(Spec(2, /*max_rounds=*/1));
+  for (uint64_t id : {a, b}) ASSERT_EQ(Ask(id, job, -1)->round(), 0u);
+  auto report = [&](uint64_t id, float bpb) {
+    v1::ReportRoundRequest req;
+    req.set_worker_id(id);
+    req.set_job_id(job);
+    req.set_round(0);
+    req.set_inner_steps(100);
+    req.set_compute_seconds(10);
+    req.set_train_loss(2.0f);
+    req.set_val_bpb(bpb);
+    return coord_->ReportRound(req);
+  };
+  ASSERT_TRUE(report(a, 3.0f).ok());
+  // a is done and told to stop (released) before b reports.
+  ASSERT_EQ(Ask(a, job, 0)->kind(), v1::ASSIGNMENT_KIND_STOP);
+  ASSERT_TRUE(report(b, 4.0f).ok());
+  auto st = coord_->GetJob(job);
+  EXPECT_EQ(st->state(), v1::JOB_STATE_FINISHED);
+  EXPECT_FLOAT_EQ(st->val_bpb(), 3.5f);
+}
+
 TEST_F(CoordinatorTest, WallTimeStopAndEta) {
   const uint64_t a = Register();
   v1::JobSpec spec = Spec(1, 0);

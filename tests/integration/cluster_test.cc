@@ -4,38 +4,19 @@
 // DiLoCo leaves them bit-identical; a peer killed with SIGKILL makes its
 // partner time out within the deadline and carry on.
 #include <signal.h>
-#include <sys/wait.h>
 
-#include <filesystem>
-#include <fstream>
+#include <cmath>
 #include <regex>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
-#include "gasloc/v1/coordinator.grpc.pb.h"
 #include "gmock/gmock.h"
-#include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
+#include "tests/integration/test_cluster.h"
 #include "tests/support/http_get.h"
 #include "tests/support/subprocess.h"
-#include "worker/model/model.h"
-#include "worker/train/checkpoint.h"
 
 namespace gasloc::testing {
 namespace {
-
-namespace fs = std::filesystem;
-
-std::string Corpus() {
-  return absl::StrCat(GASLOC_SOURCE_DIR, "/../shared/data/tinyshakespeare.txt");
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 // Every "round R done: loss L, val bpb B" a worker logged, in order.
 std::vector<double> LoggedValBpb(const std::string& log) {
@@ -61,149 +42,6 @@ std::vector<double> LoggedPeerDistance(const std::string& log) {
   return values;
 }
 
-class Cluster {
- public:
-  explicit Cluster(const std::string& name)
-      : dir_(absl::StrCat(::testing::TempDir(), "/cluster-", name, "-",
-                          getpid())) {
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-
-  void StartCoordinator() {
-    auto child = Subprocess::Start(
-        {BinaryPath("gasloc-coordinator"), "--listen=127.0.0.1:0",
-         absl::StrCat("--db=", dir_, "/coordinator.sqlite"), "--lease_ms=3000"},
-        absl::StrCat(dir_, "/coordinator.log"));
-    ASSERT_TRUE(child.ok()) << child.status();
-    auto port = child->WaitForPort(absl::Seconds(20));
-    ASSERT_TRUE(port.ok()) << port.status();
-    address_ = absl::StrCat("127.0.0.1:", *port);
-    coordinator_ = std::make_unique<Subprocess>(std::move(*child));
-    stub_ = v1::Coordinator::NewStub(
-        grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()));
-  }
-
-  // Starts `n` workers; the first gets a /metrics endpoint on
-  // `metrics_port` when it is not 0.
-  void StartWorkers(int n, int metrics_port = 0) {
-    for (int i = 0; i < n; ++i) {
-      const std::string log = absl::StrCat(dir_, "/worker", workers_.size(), ".log");
-      std::vector<std::string> argv = {
-          BinaryPath("gasloc-worker"), absl::StrCat("--coordinator=", address_),
-          "--listen=127.0.0.1:0", "--threads=1",
-          absl::StrCat("--data_dir=", dir_)};
-      if (i == 0 && metrics_port != 0)
-        argv.push_back(absl::StrCat("--metrics_port=", metrics_port));
-      auto child = Subprocess::Start(argv, log);
-      ASSERT_TRUE(child.ok()) << child.status();
-      ASSERT_TRUE(child->WaitForPort(absl::Seconds(20)).ok());
-      workers_.push_back(std::make_unique<Subprocess>(std::move(*child)));
-      logs_.push_back(log);
-    }
-  }
-
-  v1::JobSpec TinySpec(v1::Algorithm algorithm, int rounds, int workers) {
-    v1::JobSpec spec;
-    spec.set_name("e2e");
-    auto* m = spec.mutable_model();
-    m->set_layers(1);
-    m->set_d_model(32);
-    m->set_heads(2);
-    m->set_context(32);
-    spec.mutable_training()->set_batch(8);
-    spec.mutable_training()->set_threads(1);
-    spec.mutable_training()->mutable_adamw()->set_lr(3e-3f);
-    spec.mutable_training()->mutable_adamw()->set_warmup_steps(5);
-    spec.mutable_data()->set_corpus_path(Corpus());
-    spec.mutable_data()->set_eval_windows(16);
-    spec.mutable_data()->set_eval_interval_rounds(1);
-    spec.mutable_outer()->set_algorithm(algorithm);
-    spec.mutable_outer()->set_local_steps(8);
-    spec.mutable_exchange()->set_deadline_ms(5000);
-    spec.mutable_exchange()->set_chunk_bytes(16384);
-    spec.mutable_checkpoint()->set_directory(absl::StrCat(dir_, "/ckpt"));
-    spec.mutable_checkpoint()->set_interval_rounds(1);
-    spec.mutable_stop()->set_max_rounds(rounds);
-    spec.set_min_workers(workers);
-    return spec;
-  }
-
-  uint64_t StartJob(const v1::JobSpec& spec) {
-    grpc::ClientContext context;
-    v1::StartJobRequest request;
-    *request.mutable_spec() = spec;
-    v1::StartJobResponse response;
-    grpc::Status status = stub_->StartJob(&context, request, &response);
-    EXPECT_TRUE(status.ok()) << status.error_message();
-    return status.ok() ? response.job().job_id() : 0;
-  }
-
-  v1::JobStatus WaitForJobEnd(uint64_t job_id, absl::Duration timeout) {
-    if (job_id == 0) return {};
-    const absl::Time deadline = absl::Now() + timeout;
-    v1::JobStatus job;
-    while (absl::Now() < deadline) {
-      grpc::ClientContext context;
-      v1::GetJobRequest request;
-      request.set_job_id(job_id);
-      v1::GetJobResponse response;
-      if (stub_->GetJob(&context, request, &response).ok()) {
-        job = response.job();
-        if (job.state() == v1::JOB_STATE_FINISHED ||
-            job.state() == v1::JOB_STATE_FAILED ||
-            job.state() == v1::JOB_STATE_STOPPED)
-          return job;
-      }
-      absl::SleepFor(absl::Milliseconds(200));
-    }
-    ADD_FAILURE() << "job " << job_id << " did not end in time; last state "
-                  << v1::JobState_Name(job.state()) << ", logs in " << dir_;
-    return job;
-  }
-
-  // The final parameters each worker checkpointed.
-  void CheckpointedParams(std::vector<std::vector<float>>* out) {
-    auto& params = *out;
-    for (const auto& entry : fs::directory_iterator(absl::StrCat(dir_, "/ckpt"))) {
-      auto config = ReadCheckpointConfig(entry.path().string());
-      ASSERT_TRUE(config.ok()) << entry.path() << ": " << config.status();
-      auto state =
-          ReadCheckpoint(entry.path().string(), MakeModelLayout(*config));
-      ASSERT_TRUE(state.ok()) << entry.path() << ": " << state.status();
-      const auto flat = (*state)->params.flat();
-      params.emplace_back(flat.begin(), flat.end());
-    }
-  }
-
-  std::string WorkerLog(int i) const { return ReadFile(logs_[i]); }
-  Subprocess& worker(int i) { return *workers_[i]; }
-  const std::string& dir() const { return dir_; }
-
-  void StopAll() {
-    for (auto& w : workers_) w->Signal(SIGTERM);
-    for (auto& w : workers_) {
-      auto status = w->Wait(absl::Seconds(20));
-      if (status.ok() && WIFSIGNALED(*status) && WTERMSIG(*status) == SIGKILL)
-        continue;  // killed on purpose by the test
-      if (status.ok()) {
-        EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0)
-            << "worker exited with status " << *status << "; logs in " << dir_;
-      }
-    }
-    coordinator_->Signal(SIGTERM);
-    (void)coordinator_->Wait(absl::Seconds(10));
-  }
-
- private:
-  std::string dir_;
-  std::string address_;
-  std::unique_ptr<Subprocess> coordinator_;
-  std::vector<std::unique_ptr<Subprocess>> workers_;
-  std::vector<std::string> logs_;
-  std::unique_ptr<v1::Coordinator::Stub> stub_;
-};
-
 double MaxPairwiseDistance(const std::vector<std::vector<float>>& params) {
   double worst = 0;
   for (size_t i = 0; i < params.size(); ++i)
@@ -225,7 +63,7 @@ TEST_P(AlgorithmTest, ThreeWorkersTrainAndLossDrops) {
   Cluster cluster(v1::Algorithm_Name(algorithm));
   ASSERT_NO_FATAL_FAILURE(cluster.StartCoordinator());
   const int metrics_port = PickFreePort();
-  ASSERT_NO_FATAL_FAILURE(cluster.StartWorkers(3, metrics_port));
+  ASSERT_NO_FATAL_FAILURE(cluster.StartWorkers(3, {metrics_port}));
   const bool one_step = algorithm == v1::ALGORITHM_DPSGD ||
                         algorithm == v1::ALGORITHM_DATA_PARALLEL;
   const int rounds = one_step ? 24 : 4;
@@ -236,9 +74,11 @@ TEST_P(AlgorithmTest, ThreeWorkersTrainAndLossDrops) {
   // The first worker's /metrics counted every round it ran.
   auto metrics = HttpGet(metrics_port, "/metrics");
   ASSERT_TRUE(metrics.ok()) << metrics.status();
-  EXPECT_THAT(*metrics, ::testing::HasSubstr(absl::StrCat(
-                            "gasloc_worker_outer_rounds_total ", rounds)));
-  EXPECT_THAT(*metrics, ::testing::HasSubstr("gasloc_worker_tokens_total"));
+  EXPECT_THAT(*metrics,
+              ::testing::ContainsRegex(absl::StrCat(
+                  "gasloc_worker_outer_rounds_total\\{job_id=\"", job,
+                  "\",worker_id=\"[0-9]+\"\\} ", rounds, "\n")));
+  EXPECT_THAT(*metrics, ::testing::HasSubstr("gasloc_worker_tokens_total{"));
   cluster.StopAll();
 
   for (int i = 0; i < 3; ++i) {
@@ -291,6 +131,34 @@ TEST(ClusterTest, GossipPairCollapsesTheDistance) {
   EXPECT_LT(after, 1e-4 * before.back())
       << "distance before the last exchange " << before.back() << ", after "
       << after;
+}
+
+// GASLoC over workers that train with local RGC (algorithms.md section 6):
+// two stages, asynchronous pipeline, on each of two workers; the outer
+// algorithm sees the same flat arena, the job finishes and loss drops.
+TEST(ClusterTest, LocalRgcWorkersTrainUnderGasloc) {
+  Cluster cluster("local-rgc");
+  ASSERT_NO_FATAL_FAILURE(cluster.StartCoordinator());
+  ASSERT_NO_FATAL_FAILURE(cluster.StartWorkers(2));
+  v1::JobSpec spec = cluster.TinySpec(v1::ALGORITHM_GASLOC, 4, 2);
+  spec.mutable_model()->set_layers(2);
+  spec.mutable_training()->set_threads(2);
+  spec.mutable_training()->set_mode(v1::TRAIN_MODE_LOCAL_RGC);
+  spec.mutable_training()->mutable_local_rgc()->set_stages(2);
+  spec.mutable_training()->mutable_local_rgc()->set_asynchronous(true);
+  const uint64_t job = cluster.StartJob(spec);
+  const v1::JobStatus status = cluster.WaitForJobEnd(job, absl::Seconds(150));
+  EXPECT_EQ(status.state(), v1::JOB_STATE_FINISHED) << status.message();
+  cluster.StopAll();
+  for (int i = 0; i < 2; ++i) {
+    const std::string log = cluster.WorkerLog(i);
+    EXPECT_THAT(log, ::testing::HasSubstr(
+                         "inner training: local RGC, 2 stages, asynchronous"));
+    const std::vector<double> bpb = LoggedValBpb(log);
+    ASSERT_GE(bpb.size(), 2u) << "worker " << i << " log:\n" << log;
+    EXPECT_LT(bpb.back(), bpb.front()) << "worker " << i;
+    EXPECT_LT(bpb.back(), 7.0) << "worker " << i;
+  }
 }
 
 // A worker started in the middle of a run joins at a round boundary: it

@@ -97,6 +97,11 @@ class PeerServiceTest : public ::testing::Test {
     auto stream = stub->Exchange(&context);
     for (size_t i = 0; i < chunks.size(); ++i) {
       if (static_cast<int>(i) == cancel_after) {
+        // Let the chunks written so far reach the receiver first: a stream
+        // cancelled before the server saw it is indistinguishable from a
+        // peer that never showed up (that case ends at the deadline and is
+        // tested separately).
+        absl::SleepFor(absl::Milliseconds(300));
         context.TryCancel();
         return stream->Finish();
       }

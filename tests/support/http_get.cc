@@ -40,7 +40,8 @@ absl::StatusOr<std::string> HttpGet(int port, const std::string& path) {
   if (response.compare(0, 12, "HTTP/1.0 200") != 0 &&
       response.compare(0, 12, "HTTP/1.1 200") != 0)
     return absl::InternalError(
-        absl::StrCat("HTTP error: ", response.substr(0, response.find('\r'))));
+        absl::StrCat("HTTP error: ", response.substr(0, response.find('\r')),
+                     ": ", response.substr(body + 4, 2000)));
   return response.substr(body + 4);
 }
 

@@ -9,7 +9,9 @@
 
 namespace gasloc::testing {
 
-// Returns the response body of GET `path` on 127.0.0.1:`port`.
+// Returns the response body of GET `path` on 127.0.0.1:`port`; a status
+// other than 200 is an error whose message holds the status line and the
+// start of the body.
 absl::StatusOr<std::string> HttpGet(int port, const std::string& path);
 
 }  // namespace gasloc::testing

@@ -34,6 +34,11 @@ struct RingAllReduceResult {
   uint64_t bytes_sent = 0;
   uint64_t bytes_received = 0;
   double seconds = 0;
+  // Time spent waiting for the ring to assemble: the first step's wall
+  // time beyond the mean of the later steps (those only move data; the
+  // first also waits for the predecessor to reach the exchange). 0 with
+  // fewer than two steps.
+  double wait_seconds = 0;
 };
 
 // Segment s of [0, size) for an n-way ring: contiguous, aligned to 16

@@ -70,6 +70,7 @@ absl::StatusOr<v1::ReportRoundRequest> RoundRunner::RunRound(
         absl::StrCat("assignment is for job ", assignment.job_id(),
                      " but this runner runs job ", options_.job_id));
   cancelled_ = false;
+  failure_codes_.clear();
   const uint64_t round = assignment.round();
   v1::ReportRoundRequest report;
   report.set_worker_id(options_.worker_id);
@@ -110,8 +111,12 @@ absl::StatusOr<v1::ReportRoundRequest> RoundRunner::RunRound(
         "round ", round, ": the outer update produced non-finite parameters; "
         "parameters restored to the round's start"));
   }
+  // Evaluate every eval_interval rounds and always on the job's last round
+  // (when the job stops by round count), so the final bpb is current.
   const uint32_t eval_interval = options_.spec.data().eval_interval_rounds();
-  if (eval_interval > 0 && (round + 1) % eval_interval == 0) {
+  const uint64_t max_rounds = options_.spec.stop().max_rounds();
+  const bool last_round = max_rounds > 0 && round + 1 >= max_rounds;
+  if (last_round || (eval_interval > 0 && (round + 1) % eval_interval == 0)) {
     Progress({round, assignment.local_steps(), report.train_loss(), 0, 0,
               v1::WORKER_ACTIVITY_EVALUATING});
     ASSIGN_OR_RETURN(float bpb, trainer_->EvaluateBpb());
@@ -124,6 +129,7 @@ absl::StatusOr<v1::ReportRoundRequest> RoundRunner::RunRound(
 absl::StatusOr<InnerStepResult> RoundRunner::RunInnerSteps(
     uint32_t steps, uint64_t round, v1::ReportRoundRequest* report) {
   const absl::Time start = clock_->Now();
+  absl::Time step_start = start;
   InnerStepResult total;
   double loss_sum = 0;
   for (uint32_t h = 0; h < steps; ++h) {
@@ -134,10 +140,13 @@ absl::StatusOr<InnerStepResult> RoundRunner::RunInnerSteps(
     total.tokens += step.tokens;
     total.loss = step.loss;
     loss_sum += step.loss;
-    const double elapsed = Seconds(clock_->Now() - start);
+    const absl::Time now = clock_->Now();
+    const double elapsed = Seconds(now - start);
     Progress({round, h + 1, step.loss, elapsed > 0 ? (h + 1) / elapsed : 0,
               elapsed > 0 ? total.tokens / elapsed : 0,
-              v1::WORKER_ACTIVITY_TRAINING});
+              v1::WORKER_ACTIVITY_TRAINING, Seconds(now - step_start),
+              step.tokens, loss_sum / (h + 1)});
+    step_start = now;
   }
   report->set_inner_steps(steps);
   report->set_compute_seconds(Seconds(clock_->Now() - start));
@@ -191,6 +200,7 @@ void RoundRunner::GossipExchange(const v1::Assignment& assignment,
     if (edge_ok[k]) {
       edge_ok[k] = false;
       report->add_failed_peers(outcome.peer_id);
+      failure_codes_.push_back(outcome.status.code());
       absl::StrAppend(&failure, failure.empty() ? "" : "; ", "worker ",
                       outcome.peer_id, " (",
                       outcome.incoming ? "receive" : "send", "): ",
@@ -240,11 +250,11 @@ void RoundRunner::AllReduceExchange(const v1::Assignment& assignment,
   report->set_bytes_sent(result.bytes_sent);
   report->set_bytes_received(result.bytes_received);
   report->set_exchange_seconds(result.seconds);
+  report->set_wait_seconds(result.wait_seconds);
   if (!result.status.ok()) {
     // Fall back to this worker's own pseudo-gradient for the round.
     PseudoGradient(theta_start_.flat(), params.flat(), y_.flat());
-    for (uint64_t peer : result.failed_peers) report->add_failed_peers(peer);
-    report->set_failure_reason(result.status.ToString());
+    RecordRingFailures(result, report);
     GASLOC_LOG(WARNING) << "job " << options_.job_id << " round "
                         << assignment.round()
                         << ": all-reduce failed, applying the local "
@@ -255,6 +265,15 @@ void RoundRunner::AllReduceExchange(const v1::Assignment& assignment,
                     momentum_.flat(), params.flat());
 }
 
+void RoundRunner::RecordRingFailures(const RingAllReduceResult& result,
+                                     v1::ReportRoundRequest* report) {
+  for (uint64_t peer : result.failed_peers) {
+    report->add_failed_peers(peer);
+    failure_codes_.push_back(result.status.code());
+  }
+  report->set_failure_reason(result.status.ToString());
+}
+
 absl::Status RoundRunner::DataParallelStep(const v1::Assignment& assignment,
                                            v1::ReportRoundRequest* report) {
   if (assignment.local_steps() != 1)
@@ -263,10 +282,14 @@ absl::Status RoundRunner::DataParallelStep(const v1::Assignment& assignment,
         assignment.local_steps()));
   const absl::Time start = clock_->Now();
   ASSIGN_OR_RETURN(InnerStepResult step, trainer_->ComputeGradients());
+  const double seconds = Seconds(clock_->Now() - start);
   report->set_inner_steps(1);
   report->set_tokens(step.tokens);
   report->set_train_loss(step.loss);
-  report->set_compute_seconds(Seconds(clock_->Now() - start));
+  report->set_compute_seconds(seconds);
+  Progress({assignment.round(), 1, step.loss, seconds > 0 ? 1 / seconds : 0,
+            seconds > 0 ? step.tokens / seconds : 0,
+            v1::WORKER_ACTIVITY_TRAINING, seconds, step.tokens, step.loss});
   int rank = -1;
   std::vector<RingMember> ring = RingOf(assignment, options_.worker_id, &rank);
   if (rank >= 0 && ring.size() > 1) {
@@ -280,10 +303,10 @@ absl::Status RoundRunner::DataParallelStep(const v1::Assignment& assignment,
     report->set_bytes_sent(result.bytes_sent);
     report->set_bytes_received(result.bytes_received);
     report->set_exchange_seconds(result.seconds);
+    report->set_wait_seconds(result.wait_seconds);
     if (!result.status.ok()) {
       grads.CopyFrom(y_);
-      for (uint64_t peer : result.failed_peers) report->add_failed_peers(peer);
-      report->set_failure_reason(result.status.ToString());
+      RecordRingFailures(result, report);
     }
   }
   return trainer_->ApplyGradients();

@@ -29,6 +29,7 @@
 #include "gasloc/v1/job.pb.h"
 #include "worker/exchange/peer_transport.h"
 #include "worker/round/inner_trainer.h"
+#include "worker/round/ring_all_reduce.h"
 
 namespace gasloc {
 
@@ -40,6 +41,12 @@ struct RoundProgress {
   double steps_per_second = 0;
   double tokens_per_second = 0;
   v1::WorkerActivity activity = v1::WORKER_ACTIVITY_TRAINING;
+  // Set on the TRAINING progress after each inner step (for metrics): that
+  // step's wall time and tokens, and the mean loss of the round's steps so
+  // far. step_tokens == 0 on every other progress.
+  double step_seconds = 0;
+  uint64_t step_tokens = 0;
+  double round_mean_loss = 0;
 };
 
 struct RoundRunnerOptions {
@@ -66,6 +73,12 @@ class RoundRunner {
   void Cancel() { cancelled_ = true; }
   bool cancelled() const { return cancelled_; }
 
+  // The status code of each peer dropped from the last round (aligned with
+  // its report's failed_peers).
+  const std::vector<absl::StatusCode>& failure_codes() const {
+    return failure_codes_;
+  }
+
   // Outer state, for checkpoints and for serving a joining worker:
   // GASLoC's y_{t-1} and DiLoCo's momentum v.
   FloatArena& previous_iterate() { return y_prev_; }
@@ -88,6 +101,9 @@ class RoundRunner {
                       v1::ReportRoundRequest* report);
   void AllReduceExchange(const v1::Assignment& assignment,
                          v1::ReportRoundRequest* report);
+  // A failed ring all-reduce: its peers and reason go into the report.
+  void RecordRingFailures(const RingAllReduceResult& result,
+                          v1::ReportRoundRequest* report);
   ExchangeOptions MakeExchangeOptions() const;
   void Progress(const RoundProgress& progress) const;
 
@@ -97,6 +113,7 @@ class RoundRunner {
   const Clock* clock_;
   std::atomic<bool> cancelled_{false};
   uint64_t next_round_ = 0;
+  std::vector<absl::StatusCode> failure_codes_;
 
   // Model-shaped buffers, allocated once per job.
   FloatArena theta_start_;

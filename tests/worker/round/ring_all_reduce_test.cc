@@ -5,6 +5,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "worker/exchange/in_process_transport.h"
 
@@ -32,6 +33,32 @@ TEST(RingSegment, CoversTheBufferWithoutOverlap) {
       EXPECT_EQ(next, size);
     }
   }
+}
+
+// A worker that reaches the all-reduce 400 ms before its partner counts
+// that time as waiting for peers; the late one waits (almost) nothing.
+TEST(RingAllReduce, EarlyWorkerCountsItsWaitForThePeer) {
+  const size_t size = 4096;
+  InProcessNetwork network;
+  auto t1 = network.Join(1);
+  auto t2 = network.Join(2);
+  std::vector<float> d1(size, 1.0f), d2(size, 3.0f), s1(size), s2(size);
+  ExchangeOptions options;
+  options.chunk_bytes = 4096;
+  options.deadline = absl::Now() + absl::Seconds(20);
+  RingAllReduceResult early, late;
+  std::thread first([&] {
+    early = RingAllReduceMean(*t1, TransferKey{7, 3}, Ring(2), 0, d1, s1, options);
+  });
+  absl::SleepFor(absl::Milliseconds(400));
+  late = RingAllReduceMean(*t2, TransferKey{7, 3}, Ring(2), 1, d2, s2, options);
+  first.join();
+  ASSERT_TRUE(early.status.ok()) << early.status;
+  ASSERT_TRUE(late.status.ok()) << late.status;
+  EXPECT_EQ(d1[0], 2.0f);
+  EXPECT_GT(early.wait_seconds, 0.3);
+  EXPECT_LE(early.wait_seconds, early.seconds);
+  EXPECT_LT(late.wait_seconds, 0.2);
 }
 
 class RingAllReduceTest

@@ -120,6 +120,33 @@ TEST(RoundRunner, GossipPairMovesTheWorkersTogether) {
   }
 }
 
+// Metrics see every inner step while the round runs: one TRAINING progress
+// per step with its tokens, time and the running mean loss, which ends at
+// the report's mean.
+TEST(RoundRunner, ReportsEveryInnerStepAsItRuns) {
+  InProcessNetwork network;
+  const v1::JobSpec spec = Spec(v1::ALGORITHM_GASLOC);
+  FakeTrainer trainer(FakeLayout(), 1.0f);
+  auto transport = network.Join(1);
+  std::vector<RoundProgress> steps;
+  RoundRunnerOptions options{1, kJob, spec, [&](const RoundProgress& p) {
+                               if (p.step_tokens > 0) steps.push_back(p);
+                             }};
+  RoundRunner runner(options, &trainer, transport.get(), &RealClock::Get());
+  auto report = runner.RunRound(GossipAssignment(0, 1, {}, 0.5f, 6));
+  ASSERT_TRUE(report.ok()) << report.status();
+  ASSERT_EQ(steps.size(), 6u);
+  uint64_t tokens = 0;
+  for (size_t h = 0; h < steps.size(); ++h) {
+    EXPECT_EQ(steps[h].inner_step, h + 1);
+    EXPECT_GE(steps[h].step_seconds, 0);
+    tokens += steps[h].step_tokens;
+  }
+  EXPECT_EQ(tokens, report->tokens());
+  EXPECT_NEAR(steps.back().round_mean_loss, report->train_loss(), 1e-5);
+  EXPECT_TRUE(runner.failure_codes().empty());
+}
+
 TEST(RoundRunner, GossipWithoutMomentumAveragesExactly) {
   InProcessNetwork network;
   v1::JobSpec spec = Spec(v1::ALGORITHM_GASLOC);
@@ -199,6 +226,10 @@ TEST(RoundRunner, AbsentPeerIsDroppedWithinTheDeadline) {
   const absl::Duration took = absl::Now() - start;
   ASSERT_TRUE(report.ok()) << report.status();
   EXPECT_THAT(report->failed_peers(), ::testing::ElementsAre(2u));
+  EXPECT_THAT(runner.failure_codes(),
+              ::testing::ElementsAre(::testing::AnyOf(
+                  absl::StatusCode::kDeadlineExceeded,
+                  absl::StatusCode::kUnavailable)));
   EXPECT_FALSE(report->failure_reason().empty());
   EXPECT_LT(took, absl::Milliseconds(800)) << "deadline not respected (2x)";
   EXPECT_TRUE(AllFinite(trainer.params().flat()));
@@ -220,6 +251,8 @@ TEST(RoundRunner, CorruptedPeerDataNeverReachesTheModel) {
   // saw the other's state.
   EXPECT_THAT(reports[0]->failed_peers(), ::testing::ElementsAre(2u));
   EXPECT_THAT(reports[1]->failed_peers(), ::testing::ElementsAre(1u));
+  EXPECT_EQ(w[0]->runner.failure_codes().size(), 1u);
+  EXPECT_EQ(w[1]->runner.failure_codes().size(), 1u);
   EXPECT_GT(w[0]->trainer.params().data()[0], 0.0f);
   EXPECT_LT(w[1]->trainer.params().data()[0], 0.0f);
 }
@@ -269,6 +302,26 @@ TEST(RoundRunner, CheckpointRestoresTheOuterStateExactly) {
                         &RealClock::Get());
   EXPECT_EQ(other_job.LoadCheckpoint("mem://ckpt").code(),
             absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(RoundRunner, EvaluatesOnTheLastRoundEvenWithoutAnInterval) {
+  InProcessNetwork network;
+  v1::JobSpec spec = Spec(v1::ALGORITHM_GASLOC, 300);
+  spec.mutable_data()->set_eval_interval_rounds(0);  // "only at the end"
+  spec.mutable_stop()->set_max_rounds(3);
+  FakeTrainer trainer(FakeLayout(), 1.0f);
+  auto transport = network.Join(1);
+  RoundRunner runner({1, kJob, spec, {}}, &trainer, transport.get(),
+                     &RealClock::Get());
+  for (uint64_t r = 0; r < 3; ++r) {
+    auto report = runner.RunRound(GossipAssignment(r, 1, {}, 0.5f, 2));
+    ASSERT_TRUE(report.ok()) << report.status();
+    if (r < 2) {
+      EXPECT_EQ(report->val_bpb(), 0.0f) << "round " << r;
+    } else {
+      EXPECT_GT(report->val_bpb(), 0.0f) << "the last round must evaluate";
+    }
+  }
 }
 
 TEST(RoundRunner, RejectsAssignmentsOfAnotherJob) {

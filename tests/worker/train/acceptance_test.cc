@@ -28,11 +28,18 @@ struct AcceptanceConfig {
   int steps, resume_at, warmup;
   double pinned_bpb, tolerance;
 };
-// Preset S, seed 1234; pinned_bpb from two runs (docs/training.md).
+// Preset S, seed 1234, fp32, 2 threads. pinned_bpb: two runs of this test
+// (same binary) both printed "val_bpb 3.3637" (bit-identical runs). The
+// tolerance is for kernel rounding, not for run-to-run noise (there is
+// none at a fixed thread count): another CPU's oneDNN kernels (AVX2, AMX),
+// another thread count or a reworked kernel change the summation order and
+// so the trajectory; docs/training.md gives the measured spread. A real
+// defect moves far more: the untrained model is at 8.1 bits per byte, and a
+// broken schedule, gradient or resume misses by tenths.
 constexpr AcceptanceConfig kConfig = {
     .layers = 4, .d_model = 256, .heads = 4, .context = 256, .batch = 16,
     .threads = 2, .steps = 300, .resume_at = 150, .warmup = 30,
-    .pinned_bpb = 0.0, .tolerance = 100.0};
+    .pinned_bpb = 3.3637, .tolerance = 0.03};
 
 v1::JobSpec AcceptanceSpec() {
   v1::JobSpec spec;

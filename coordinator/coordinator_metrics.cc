@@ -1,0 +1,165 @@
+#include "coordinator/coordinator_metrics.h"
+
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/strip.h"
+#include "absl/strings/str_cat.h"
+#include "common/scrape_collectable.h"
+#include "coordinator/coordinator.h"
+
+namespace gasloc::coordinator {
+namespace {
+
+constexpr const char* kBudgetReasons[] = {"no_measurement", "uniform",
+                                          "adaptive", "min_clamp",
+                                          "nominal_clamp"};
+
+prometheus::Family<prometheus::Counter>& Counter(prometheus::Registry& registry,
+                                                 const char* name,
+                                                 const char* help) {
+  return prometheus::BuildCounter().Name(name).Help(help).Register(registry);
+}
+
+prometheus::Labels JobLabels(uint64_t job_id) {
+  return {{"job_id", absl::StrCat(job_id)}};
+}
+
+prometheus::Labels BudgetLabels(uint64_t job_id, const char* reason) {
+  return {{"job_id", absl::StrCat(job_id)}, {"reason", reason}};
+}
+
+// "JOB_STATE_RUNNING" -> "running".
+std::string StateLabel(v1::JobState state) {
+  std::string name = v1::JobState_Name(state);
+  absl::string_view view = name;
+  absl::ConsumePrefix(&view, "JOB_STATE_");
+  return absl::AsciiStrToLower(view);
+}
+
+}  // namespace
+
+const char* BudgetChangeReason(const Budget& budget) {
+  switch (budget.basis) {
+    case Budget::Basis::kNoMeasurement:
+      return "no_measurement";
+    case Budget::Basis::kUniform:
+      return "uniform";
+    case Budget::Basis::kAdaptive:
+      break;
+  }
+  if (budget.raw_steps < budget.min_steps) return "min_clamp";
+  if (budget.raw_steps > budget.nominal_steps) return "nominal_clamp";
+  return "adaptive";
+}
+
+CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& registry)
+    : joins_(Counter(registry, "gasloc_coordinator_worker_joins_total",
+                     "Workers that joined the cluster, by reason")),
+      leaves_(Counter(registry, "gasloc_coordinator_worker_leaves_total",
+                      "Workers that left the cluster, by reason")),
+      rounds_planned_(Counter(registry,
+                              "gasloc_coordinator_rounds_planned_total",
+                              "Outer rounds planned")),
+      budget_changes_(Counter(registry,
+                              "gasloc_coordinator_budget_changes_total",
+                              "Changes of a worker's local-step budget H_i, "
+                              "by reason")),
+      rpcs_(Counter(registry, "gasloc_coordinator_rpcs_total",
+                    "Coordinator RPCs handled, by method")),
+      rpc_errors_(Counter(registry, "gasloc_coordinator_rpc_errors_total",
+                          "Coordinator RPCs that failed, by method and code")),
+      planning_duration_(
+          prometheus::BuildHistogram()
+              .Name("gasloc_coordinator_round_planning_duration_seconds")
+              .Help("Wall time to plan one round (membership, schedule, "
+                    "budgets, persistence)")
+              .Register(registry)
+              .Add({}, prometheus::Histogram::BucketBoundaries{
+                           0.0001, 0.0003, 0.001, 0.003, 0.01, 0.03, 0.1,
+                           0.3, 1})) {
+  // Every reason and method from the start, so rates see 0, not nothing.
+  for (const char* reason : {"registered", "restored"}) joins_.Add({{"reason", reason}});
+  for (const char* reason : {"left", "lease_expired"}) leaves_.Add({{"reason", reason}});
+  for (const char* method : kRpcMethods)
+    rpc_counters_[method] = &rpcs_.Add({{"method", method}});
+}
+
+void CoordinatorMetrics::RecordWorkerJoin(const char* reason) {
+  joins_.Add({{"reason", reason}}).Increment();
+}
+
+void CoordinatorMetrics::RecordWorkerLeave(const char* reason) {
+  leaves_.Add({{"reason", reason}}).Increment();
+}
+
+void CoordinatorMetrics::BeginJob(uint64_t job_id) {
+  rounds_planned_.Add(JobLabels(job_id));
+  for (const char* reason : kBudgetReasons)
+    budget_changes_.Add(BudgetLabels(job_id, reason));
+}
+
+void CoordinatorMetrics::EndJob(uint64_t job_id) {
+  rounds_planned_.Remove(&rounds_planned_.Add(JobLabels(job_id)));
+  for (const char* reason : kBudgetReasons)
+    budget_changes_.Remove(&budget_changes_.Add(BudgetLabels(job_id, reason)));
+}
+
+void CoordinatorMetrics::RecordRoundPlanned(uint64_t job_id,
+                                            double planning_seconds) {
+  rounds_planned_.Add(JobLabels(job_id)).Increment();
+  planning_duration_.Observe(planning_seconds);
+}
+
+void CoordinatorMetrics::RecordBudgetChange(uint64_t job_id,
+                                            const Budget& budget) {
+  budget_changes_.Add(BudgetLabels(job_id, BudgetChangeReason(budget)))
+      .Increment();
+}
+
+void CoordinatorMetrics::RecordRpc(absl::string_view method,
+                                   absl::StatusCode code) {
+  auto it = rpc_counters_.find(method);
+  if (it != rpc_counters_.end()) it->second->Increment();
+  if (code == absl::StatusCode::kOk) return;
+  rpc_errors_
+      .Add({{"method", std::string(method)},
+            {"code", absl::StatusCodeToString(code)}})
+      .Increment();
+}
+
+std::shared_ptr<prometheus::Collectable> CoordinatorGauges(
+    Coordinator* coordinator) {
+  return std::make_shared<ScrapeCollectable>([coordinator] {
+    const CoordinatorGaugeState state = coordinator->GaugeState();
+    std::vector<GaugeSample> jobs, epochs, members, ages;
+    for (const auto& [job_state, count] : state.jobs_by_state)
+      jobs.push_back({{{"state", StateLabel(job_state)}}, double(count)});
+    for (const auto& job : state.active_jobs) {
+      const std::string id = absl::StrCat(job.job_id);
+      epochs.push_back({{{"job_id", id}}, double(job.epoch)});
+      members.push_back({{{"job_id", id}}, double(job.members)});
+    }
+    for (const auto& worker : state.live_workers)
+      ages.push_back({{{"worker_id", absl::StrCat(worker.worker_id)}},
+                      worker.heartbeat_age_seconds});
+    std::vector<prometheus::MetricFamily> families;
+    families.push_back(GaugeFamily("gasloc_coordinator_live_workers",
+                                   "Workers alive (lease not expired)",
+                                   {{{}, double(state.live_workers.size())}}));
+    families.push_back(GaugeFamily("gasloc_coordinator_jobs",
+                                   "Jobs by state", jobs));
+    families.push_back(GaugeFamily(
+        "gasloc_coordinator_membership_epoch",
+        "Membership epoch of a pending or running job", epochs));
+    families.push_back(GaugeFamily("gasloc_coordinator_job_members",
+                                   "Workers bound to a pending or running job",
+                                   members));
+    families.push_back(GaugeFamily(
+        "gasloc_coordinator_worker_heartbeat_age_seconds",
+        "Time since a live worker's last call", ages));
+    return families;
+  });
+}
+
+}  // namespace gasloc::coordinator

@@ -1,0 +1,158 @@
+#include "tests/integration/test_cluster.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "grpcpp/create_channel.h"
+#include "gtest/gtest.h"
+#include "worker/model/model.h"
+#include "worker/train/checkpoint.h"
+
+namespace gasloc::testing {
+
+namespace fs = std::filesystem;
+
+std::string Corpus() {
+  return absl::StrCat(GASLOC_SOURCE_DIR, "/../shared/data/tinyshakespeare.txt");
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+Cluster::Cluster(const std::string& name)
+    : dir_(absl::StrCat(::testing::TempDir(), "/cluster-", name, "-",
+                        getpid())) {
+  fs::remove_all(dir_);
+  fs::create_directories(dir_);
+}
+
+void Cluster::StartCoordinator(int metrics_port) {
+  auto child = Subprocess::Start(
+      {BinaryPath("gasloc-coordinator"), "--listen=127.0.0.1:0",
+       absl::StrCat("--db=", dir_, "/coordinator.sqlite"), "--lease_ms=3000",
+       absl::StrCat("--metrics_port=", metrics_port)},
+      absl::StrCat(dir_, "/coordinator.log"));
+  ASSERT_TRUE(child.ok()) << child.status();
+  auto port = child->WaitForPort(absl::Seconds(20));
+  ASSERT_TRUE(port.ok()) << port.status();
+  address_ = absl::StrCat("127.0.0.1:", *port);
+  coordinator_ = std::make_unique<Subprocess>(std::move(*child));
+  stub_ = v1::Coordinator::NewStub(
+      grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()));
+}
+
+void Cluster::StartWorkers(int n, const std::vector<int>& metrics_ports) {
+  for (int i = 0; i < n; ++i) {
+    const std::string log = absl::StrCat(dir_, "/worker", workers_.size(), ".log");
+    std::vector<std::string> argv = {
+        BinaryPath("gasloc-worker"), absl::StrCat("--coordinator=", address_),
+        "--listen=127.0.0.1:0", "--threads=1",
+        absl::StrCat("--data_dir=", dir_)};
+    if (i < static_cast<int>(metrics_ports.size()) && metrics_ports[i] != 0)
+      argv.push_back(absl::StrCat("--metrics_port=", metrics_ports[i]));
+    auto child = Subprocess::Start(argv, log);
+    ASSERT_TRUE(child.ok()) << child.status();
+    ASSERT_TRUE(child->WaitForPort(absl::Seconds(20)).ok());
+    workers_.push_back(std::make_unique<Subprocess>(std::move(*child)));
+    logs_.push_back(log);
+  }
+}
+
+v1::JobSpec Cluster::TinySpec(v1::Algorithm algorithm, int rounds, int workers) {
+  v1::JobSpec spec;
+  spec.set_name("e2e");
+  auto* m = spec.mutable_model();
+  m->set_layers(1);
+  m->set_d_model(32);
+  m->set_heads(2);
+  m->set_context(32);
+  spec.mutable_training()->set_batch(8);
+  spec.mutable_training()->set_threads(1);
+  spec.mutable_training()->mutable_adamw()->set_lr(3e-3f);
+  spec.mutable_training()->mutable_adamw()->set_warmup_steps(5);
+  spec.mutable_data()->set_corpus_path(Corpus());
+  spec.mutable_data()->set_eval_windows(16);
+  spec.mutable_data()->set_eval_interval_rounds(1);
+  spec.mutable_outer()->set_algorithm(algorithm);
+  spec.mutable_outer()->set_local_steps(8);
+  spec.mutable_exchange()->set_deadline_ms(5000);
+  spec.mutable_exchange()->set_chunk_bytes(16384);
+  spec.mutable_checkpoint()->set_directory(absl::StrCat(dir_, "/ckpt"));
+  spec.mutable_checkpoint()->set_interval_rounds(1);
+  spec.mutable_stop()->set_max_rounds(rounds);
+  spec.set_min_workers(workers);
+  return spec;
+}
+
+uint64_t Cluster::StartJob(const v1::JobSpec& spec) {
+  grpc::ClientContext context;
+  v1::StartJobRequest request;
+  *request.mutable_spec() = spec;
+  v1::StartJobResponse response;
+  grpc::Status status = stub_->StartJob(&context, request, &response);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  return status.ok() ? response.job().job_id() : 0;
+}
+
+v1::JobStatus Cluster::WaitForJobEnd(uint64_t job_id, absl::Duration timeout) {
+  if (job_id == 0) return {};
+  const absl::Time deadline = absl::Now() + timeout;
+  v1::JobStatus job;
+  while (absl::Now() < deadline) {
+    grpc::ClientContext context;
+    v1::GetJobRequest request;
+    request.set_job_id(job_id);
+    v1::GetJobResponse response;
+    if (stub_->GetJob(&context, request, &response).ok()) {
+      job = response.job();
+      if (job.state() == v1::JOB_STATE_FINISHED ||
+          job.state() == v1::JOB_STATE_FAILED ||
+          job.state() == v1::JOB_STATE_STOPPED)
+        return job;
+    }
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+  ADD_FAILURE() << "job " << job_id << " did not end in time; last state "
+                << v1::JobState_Name(job.state()) << ", logs in " << dir_;
+  return job;
+}
+
+void Cluster::CheckpointedParams(std::vector<std::vector<float>>* out) {
+  auto& params = *out;
+  for (const auto& entry : fs::directory_iterator(absl::StrCat(dir_, "/ckpt"))) {
+    auto config = ReadCheckpointConfig(entry.path().string());
+    ASSERT_TRUE(config.ok()) << entry.path() << ": " << config.status();
+    auto state =
+        ReadCheckpoint(entry.path().string(), MakeModelLayout(*config));
+    ASSERT_TRUE(state.ok()) << entry.path() << ": " << state.status();
+    const auto flat = (*state)->params.flat();
+    params.emplace_back(flat.begin(), flat.end());
+  }
+}
+
+void Cluster::StopAll() {
+  for (auto& w : workers_) w->Signal(SIGTERM);
+  for (auto& w : workers_) {
+    auto status = w->Wait(absl::Seconds(20));
+    if (status.ok() && WIFSIGNALED(*status) && WTERMSIG(*status) == SIGKILL)
+      continue;  // killed on purpose by the test
+    if (status.ok()) {
+      EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0)
+          << "worker exited with status " << *status << "; logs in " << dir_;
+    }
+  }
+  coordinator_->Signal(SIGTERM);
+  (void)coordinator_->Wait(absl::Seconds(10));
+}
+
+}  // namespace gasloc::testing

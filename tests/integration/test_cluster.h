@@ -1,0 +1,63 @@
+// A gasloc cluster of real processes on loopback for integration tests: one
+// gasloc-coordinator and any number of gasloc-worker daemons, each with
+// its log in a fresh directory, optional /metrics ports, a tiny job spec,
+// and helpers to start, watch and stop jobs. The destructor (through
+// Subprocess) kills whatever is still running.
+//
+// Thread safety: one test thread.
+#ifndef GASLOC_TESTS_INTEGRATION_TEST_CLUSTER_H_
+#define GASLOC_TESTS_INTEGRATION_TEST_CLUSTER_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "gasloc/v1/coordinator.grpc.pb.h"
+#include "tests/support/subprocess.h"
+
+namespace gasloc::testing {
+
+// The tiny corpus tests train on (../shared/data beside the checkout).
+std::string Corpus();
+std::string ReadFile(const std::string& path);
+
+class Cluster {
+ public:
+  explicit Cluster(const std::string& name);
+
+  // `metrics_port` != 0 gives the coordinator a /metrics endpoint.
+  void StartCoordinator(int metrics_port = 0);
+  // Starts `n` workers; worker i gets a /metrics endpoint on
+  // metrics_ports[i] when that exists and is not 0.
+  void StartWorkers(int n, const std::vector<int>& metrics_ports = {});
+
+  // A 1-layer, 32-wide model on Corpus(): a round takes well under a second.
+  v1::JobSpec TinySpec(v1::Algorithm algorithm, int rounds, int workers);
+  uint64_t StartJob(const v1::JobSpec& spec);
+  v1::JobStatus WaitForJobEnd(uint64_t job_id, absl::Duration timeout);
+
+  // The final parameters each worker checkpointed.
+  void CheckpointedParams(std::vector<std::vector<float>>* out);
+
+  std::string WorkerLog(int i) const { return ReadFile(logs_[i]); }
+  Subprocess& worker(int i) { return *workers_[i]; }
+  const std::string& dir() const { return dir_; }
+  v1::Coordinator::Stub& stub() { return *stub_; }
+
+  // SIGTERM to every worker (each must exit 0 unless the test killed it),
+  // then to the coordinator.
+  void StopAll();
+
+ private:
+  std::string dir_;
+  std::string address_;
+  std::unique_ptr<Subprocess> coordinator_;
+  std::vector<std::unique_ptr<Subprocess>> workers_;
+  std::vector<std::string> logs_;
+  std::unique_ptr<v1::Coordinator::Stub> stub_;
+};
+
+}  // namespace gasloc::testing
+
+#endif  // GASLOC_TESTS_INTEGRATION_TEST_CLUSTER_H_
