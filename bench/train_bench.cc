@@ -19,6 +19,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "bench/bench_flags.h"
 #include "bench/bench_registry.h"
 #include "common/job_spec.h"
 #include "dnnl.hpp"
@@ -57,52 +58,17 @@ double Median(std::vector<double> v) {
   return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-// --key=value / --flag parsing (flags of one subcommand; Abseil flags are
-// process-global and would collide between subcommands).
 bool ParseArgs(int argc, char** argv, BenchOptions* o) {
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      std::printf("%s", kUsage);
-      std::exit(0);
-    }
-    if (arg.rfind("--", 0) != 0) {
-      std::fprintf(stderr, "gasloc-bench train: unexpected argument '%s'\n%s",
-                   arg.c_str(), kUsage);
-      return false;
-    }
-    arg = arg.substr(2);
-    std::replace(arg.begin(), arg.end(), '_', '-');
-    const size_t eq = arg.find('=');
-    const std::string key = arg.substr(0, eq);
-    const std::string value = eq == std::string::npos ? "" : arg.substr(eq + 1);
-    const std::map<std::string, int*> ints = {
-        {"layers", &o->layers}, {"d-model", &o->d_model}, {"heads", &o->heads},
-        {"ctx", &o->ctx},       {"batch", &o->batch},     {"threads", &o->threads},
-        {"steps", &o->steps},   {"warmup", &o->warmup}};
-    if (auto it = ints.find(key); it != ints.end()) {
-      if (!absl::SimpleAtoi(value, it->second)) {
-        std::fprintf(stderr, "gasloc-bench train: --%s needs an integer, got '%s'\n",
-                     key.c_str(), value.c_str());
-        return false;
-      }
-    } else if (key == "preset") {
-      o->preset = value;
-    } else if (key == "dtype") {
-      o->dtype = value;
-    } else if (key == "data") {
-      o->data = value;
-    } else if (key == "compare-torch") {
-      o->compare_torch = true;
-    } else if (key == "matmul-peak") {
-      o->matmul_peak = true;
-    } else {
-      std::fprintf(stderr, "gasloc-bench train: unknown flag --%s\n%s",
-                   key.c_str(), kUsage);
-      return false;
-    }
-  }
-  return true;
+  BenchFlags flags;
+  flags.ints = {{"layers", &o->layers}, {"d-model", &o->d_model},
+                {"heads", &o->heads},   {"ctx", &o->ctx},
+                {"batch", &o->batch},   {"threads", &o->threads},
+                {"steps", &o->steps},   {"warmup", &o->warmup}};
+  flags.strings = {{"preset", &o->preset}, {"dtype", &o->dtype},
+                   {"data", &o->data}};
+  flags.bools = {{"compare-torch", &o->compare_torch},
+                 {"matmul-peak", &o->matmul_peak}};
+  return ParseBenchFlags(argc, argv, "gasloc-bench train", kUsage, flags);
 }
 
 // Best GFLOP/s of oneDNN matmuls at the model's shapes (M = batch * ctx rows

@@ -73,6 +73,8 @@ v1::JobSpec ApplyJobSpecDefaults(const v1::JobSpec& in) {
         std::min<uint32_t>(2, std::max<uint32_t>(1, model->layers())));
   if (!training->local_rgc().has_asynchronous())
     training->mutable_local_rgc()->set_asynchronous(false);
+  if (!training->local_rgc().has_threads_per_stage())
+    training->mutable_local_rgc()->set_threads_per_stage(0);
   if (!training->has_seed()) training->set_seed(1);
   auto* adamw = training->mutable_adamw();
   if (!adamw->has_lr()) adamw->set_lr(1e-3f);
@@ -156,6 +158,8 @@ absl::Status ValidateJobSpec(const v1::JobSpec& raw) {
   if (t.mode() == v1::TRAIN_MODE_LOCAL_RGC) {
     GASLOC_CHECK_RANGE("training.local_rgc.stages", t.local_rgc().stages(), 1,
                        m.layers());
+    GASLOC_CHECK_RANGE("training.local_rgc.threads_per_stage",
+                       t.local_rgc().threads_per_stage(), 0, 1024);
   }
   const auto& a = t.adamw();
   GASLOC_CHECK_RANGE("training.adamw.lr", a.lr(), 0, 1, /*lo_open=*/true);

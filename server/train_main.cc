@@ -32,6 +32,12 @@ ABSL_FLAG(int, context, 0, "Context length in bytes (0 = the preset's).");
 ABSL_FLAG(int, batch, 0, "Sequences per step (0 = the preset's).");
 ABSL_FLAG(int, threads, 2, "Compute threads (0 = all cores).");
 ABSL_FLAG(std::string, precision, "fp32", "fp32 or bf16.");
+ABSL_FLAG(std::string, mode, "global",
+          "global (backprop through all blocks) or local-rgc (K stages on "
+          "their own threads, readout-gradient consensus; docs/local_rgc.md).");
+ABSL_FLAG(int, stages, 2, "local-rgc: stages K (1 .. layers).");
+ABSL_FLAG(bool, async, false,
+          "local-rgc: asynchronous pipeline instead of synchronous RGC.");
 ABSL_FLAG(int64_t, steps, 1000, "Train until this many optimizer steps.");
 ABSL_FLAG(double, lr, 1e-3, "Peak learning rate.");
 ABSL_FLAG(int64_t, warmup, 100, "Warmup steps.");
@@ -55,7 +61,9 @@ namespace gasloc {
 namespace {
 
 struct TrainMainOptions {
-  std::string data, preset, precision, checkpoint, resume, prompt;
+  std::string data, preset, precision, checkpoint, resume, prompt, mode;
+  int stages = 2;
+  bool async = false;
   int layers = 0, d_model = 0, heads = 0, context = 0, batch = 0, threads = 2;
   int eval_windows = 64, length = 300, top_k = 40;
   int64_t steps = 0, warmup = 0, eval_every = 0, log_every = 10,
@@ -90,6 +98,9 @@ TrainMainOptions OptionsFromFlags() {
   o.train_fraction = absl::GetFlag(FLAGS_train_fraction);
   o.temperature = absl::GetFlag(FLAGS_temperature);
   o.seed = absl::GetFlag(FLAGS_seed);
+  o.mode = absl::GetFlag(FLAGS_mode);
+  o.stages = absl::GetFlag(FLAGS_stages);
+  o.async = absl::GetFlag(FLAGS_async);
   return o;
 }
 
@@ -138,6 +149,20 @@ absl::StatusOr<v1::JobSpec> SpecFromOptions(const TrainMainOptions& o) {
   ASSIGN_OR_RETURN(v1::Precision precision, ParsePrecision(o.precision));
   training->set_precision(precision);
   training->set_seed(o.seed);
+  if (o.mode == "local-rgc") {
+    if (o.stages < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--stages must be >= 1, got ", o.stages));
+    }
+    training->set_mode(v1::TRAIN_MODE_LOCAL_RGC);
+    training->mutable_local_rgc()->set_stages(static_cast<uint32_t>(o.stages));
+    training->mutable_local_rgc()->set_asynchronous(o.async);
+  } else if (o.mode == "global") {
+    training->set_mode(v1::TRAIN_MODE_GLOBAL);
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--mode must be global or local-rgc, got \"", o.mode, "\""));
+  }
   training->mutable_adamw()->set_lr(static_cast<float>(o.lr));
   training->mutable_adamw()->set_warmup_steps(static_cast<uint32_t>(o.warmup));
   training->mutable_adamw()->set_decay_steps(static_cast<uint64_t>(o.steps));
@@ -186,6 +211,11 @@ absl::Status Train(const TrainMainOptions& o) {
       trainer->params().layout().parameter_count(), trainer->batch(),
       o.precision.c_str(), trainer->threads(), o.data.c_str(),
       trainer->corpus().train().size(), trainer->corpus().validation().size());
+  if (spec.training().mode() == v1::TRAIN_MODE_LOCAL_RGC) {
+    std::printf("local RGC: %u stages, %s\n",
+                spec.training().local_rgc().stages(),
+                o.async ? "asynchronous pipeline" : "synchronous");
+  }
   std::fflush(stdout);
   const uint64_t steps = static_cast<uint64_t>(o.steps);
   double window_loss = 0, window_seconds = 0;

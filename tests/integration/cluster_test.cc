@@ -133,6 +133,34 @@ TEST(ClusterTest, GossipPairCollapsesTheDistance) {
       << after;
 }
 
+// GASLoC over workers that train with local RGC (algorithms.md section 6):
+// two stages, asynchronous pipeline, on each of two workers; the outer
+// algorithm sees the same flat arena, the job finishes and loss drops.
+TEST(ClusterTest, LocalRgcWorkersTrainUnderGasloc) {
+  Cluster cluster("local-rgc");
+  ASSERT_NO_FATAL_FAILURE(cluster.StartCoordinator());
+  ASSERT_NO_FATAL_FAILURE(cluster.StartWorkers(2));
+  v1::JobSpec spec = cluster.TinySpec(v1::ALGORITHM_GASLOC, 4, 2);
+  spec.mutable_model()->set_layers(2);
+  spec.mutable_training()->set_threads(2);
+  spec.mutable_training()->set_mode(v1::TRAIN_MODE_LOCAL_RGC);
+  spec.mutable_training()->mutable_local_rgc()->set_stages(2);
+  spec.mutable_training()->mutable_local_rgc()->set_asynchronous(true);
+  const uint64_t job = cluster.StartJob(spec);
+  const v1::JobStatus status = cluster.WaitForJobEnd(job, absl::Seconds(150));
+  EXPECT_EQ(status.state(), v1::JOB_STATE_FINISHED) << status.message();
+  cluster.StopAll();
+  for (int i = 0; i < 2; ++i) {
+    const std::string log = cluster.WorkerLog(i);
+    EXPECT_THAT(log, ::testing::HasSubstr(
+                         "inner training: local RGC, 2 stages, asynchronous"));
+    const std::vector<double> bpb = LoggedValBpb(log);
+    ASSERT_GE(bpb.size(), 2u) << "worker " << i << " log:\n" << log;
+    EXPECT_LT(bpb.back(), bpb.front()) << "worker " << i;
+    EXPECT_LT(bpb.back(), 7.0) << "worker " << i;
+  }
+}
+
 // A worker started in the middle of a run joins at a round boundary: it
 // fetches the model from a member (Peer.FetchModel), trains with the
 // others, and the job finishes with everyone.

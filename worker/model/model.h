@@ -65,6 +65,13 @@ struct ModelOptions {
   int threads = 0;
   // Largest batch any call will pass (sizes the workspace).
   int max_batch = 16;
+  // Blocks whose saved activations and blocked weights the model keeps:
+  // [first_block, first_block + num_blocks); num_blocks 0 = through the last
+  // block. A model holding fewer than all blocks serves only the pass by
+  // part (one stage of local training, TransformerModel); its whole-model
+  // calls fail with FAILED_PRECONDITION.
+  int first_block = 0;
+  int num_blocks = 0;
 };
 
 class Model {

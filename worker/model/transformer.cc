@@ -42,6 +42,7 @@ struct TransformerModel::Plan {
   std::vector<std::array<Weights, 4>> layer_w;  // [layer][LinearKind]
   Weights head_w;
   std::unique_ptr<char, decltype(&std::free)> wbuf{nullptr, &std::free};
+  size_t wbuf_bytes = 0;
   kernels::Linear* linear(int kind) const {
     switch (kind) {
       case kQkv: return qkv.get();
@@ -84,6 +85,9 @@ TransformerModel::TransformerModel(const ModelConfig& config,
                                    const ModelOptions& options)
     : Model(config, std::move(layout)),
       options_(options),
+      first_block_(options.first_block),
+      end_block_(options.num_blocks > 0 ? options.first_block + options.num_blocks
+                                        : config.layers),
       index_(TensorIndex(config)),
       cdt_(options.precision == v1::PRECISION_BF16 ? dt::bf16 : dt::f32),
       csize_(kernels::DtSize(cdt_)) {}
@@ -97,6 +101,18 @@ absl::StatusOr<std::unique_ptr<TransformerModel>> TransformerModel::Create(
     return absl::InvalidArgumentError(
         absl::StrCat("ModelOptions.max_batch must be >= 1, got ",
                      options.max_batch));
+  }
+  if (options.first_block < 0 || options.first_block >= config.layers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ModelOptions.first_block must be in [0, ", config.layers, "), got ",
+        options.first_block));
+  }
+  if (options.num_blocks < 0 ||
+      options.num_blocks > config.layers - options.first_block) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ModelOptions.num_blocks must be in [0, ",
+        config.layers - options.first_block, "] (0 = the rest), got ",
+        options.num_blocks));
   }
   if (options.threads < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -123,10 +139,11 @@ absl::Status TransformerModel::AllocateWorkspace() {
   auto add = [&](void** p, size_t bytes) { slots.push_back({p, bytes}); };
   x_.assign(L + 1, nullptr);
   acts_.assign(L, LayerActs{});
-  for (size_t l = 0; l <= L; ++l) {
+  const size_t first = first_block_, end = end_block_;
+  for (size_t l = first; l <= end; ++l) {
     add(reinterpret_cast<void**>(&x_[l]), 4 * M * d);
   }
-  for (size_t l = 0; l < L; ++l) {
+  for (size_t l = first; l < end; ++l) {
     LayerActs& a = acts_[l];
     add(reinterpret_cast<void**>(&a.mean1), 4 * M);
     add(reinterpret_cast<void**>(&a.var1), 4 * M);
@@ -223,9 +240,10 @@ absl::StatusOr<TransformerModel::Plan*> TransformerModel::GetPlan(int batch,
     // Blocked weight copies: one allocation for all layers and the head.
     size_t total = 0;
     auto bytes = [](size_t b) { return (b + 63) / 64 * 64; };
+    const int blocks = end_block_ - first_block_;
     for (int kind = kQkv; kind <= kFc2; ++kind) {
-      total += config_.layers * (bytes(plan->linear(kind)->fwd_weights_bytes()) +
-                                 bytes(plan->linear(kind)->bwd_weights_bytes()));
+      total += blocks * (bytes(plan->linear(kind)->fwd_weights_bytes()) +
+                         bytes(plan->linear(kind)->bwd_weights_bytes()));
     }
     total += bytes(plan->head->fwd_weights_bytes()) +
              bytes(plan->head->bwd_weights_bytes());
@@ -240,8 +258,9 @@ absl::StatusOr<TransformerModel::Plan*> TransformerModel::GetPlan(int batch,
       next += bytes(b);
       return p;
     };
+    plan->wbuf_bytes = total;
     plan->layer_w.resize(config_.layers);
-    for (int l = 0; l < config_.layers; ++l) {
+    for (int l = first_block_; l < end_block_; ++l) {
       for (int kind = kQkv; kind <= kFc2; ++kind) {
         plan->layer_w[l][kind].fwd = take(plan->linear(kind)->fwd_weights_bytes());
         plan->layer_w[l][kind].bwd = take(plan->linear(kind)->bwd_weights_bytes());
@@ -272,6 +291,19 @@ absl::Status TransformerModel::CheckArena(const FloatArena& arena,
   return absl::OkStatus();
 }
 
+absl::Status TransformerModel::CheckWholeModel(const char* call) const {
+  if (first_block_ != 0 || end_block_ != config_.layers) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        call, ": this model keeps blocks [", first_block_, ", ", end_block_,
+        ") only; use the pass by part"));
+  }
+  return absl::OkStatus();
+}
+
+size_t TransformerModel::plan_weight_bytes() const {
+  return plan_ == nullptr ? 0 : plan_->wbuf_bytes;
+}
+
 void TransformerModel::SetThreads() const {
   omp_set_num_threads(options_.threads > 0 ? options_.threads
                                            : omp_get_num_procs());
@@ -293,7 +325,7 @@ absl::Status TransformerModel::Prepare(const FloatArena& params, int batch,
   params_ = &params;
   try {
     OpTimer timer(this, kOpConvert);
-    for (int l = 0; l < config_.layers; ++l) {
+    for (int l = first_block_; l < end_block_; ++l) {
       const BlockTensorIndex& w = index_.blocks[l];
       const int entries[4] = {w.qkv_w, w.proj_w, w.fc_w, w.fc2_w};
       for (int kind = kQkv; kind <= kFc2; ++kind) {
@@ -404,6 +436,13 @@ double TransformerModel::DecoderForward(const float* x,
 
 void TransformerModel::DecoderBackward(const float* x, float* dx,
                                        float* grads) {
+  DecoderBackward(x, dx,
+                  DecoderGrads{G(grads, index_.lnf_w), G(grads, index_.lnf_b),
+                               G(grads, index_.head_w)});
+}
+
+void TransformerModel::DecoderBackward(const float* x, float* dx,
+                                       const DecoderGrads& out) {
   Plan& p = *plan_;
   const void* dlogits = logits_;
   if (cdt_ == dt::bf16) {
@@ -413,12 +452,12 @@ void TransformerModel::DecoderBackward(const float* x, float* dx,
   }
   {
     OpTimer timer(this, kOpHead);
-    p.head->BackwardWeights(lnf_, dlogits, G(grads, index_.head_w), nullptr);
+    p.head->BackwardWeights(lnf_, dlogits, out.head_w, nullptr);
     p.head->BackwardData(dlogits, p.head_w.bwd, dln_);
   }
   OpTimer timer(this, kOpLayerNorm);
-  p.ln->Backward(x, P(index_.lnf_w), meanf_, varf_, dln_, dx,
-                 G(grads, index_.lnf_w), G(grads, index_.lnf_b));
+  p.ln->Backward(x, P(index_.lnf_w), meanf_, varf_, dln_, dx, out.lnf_w,
+                 out.lnf_b);
 }
 
 void TransformerModel::BlockBackward(int layer, const float* dx_out,
@@ -507,6 +546,7 @@ absl::StatusOr<float> TransformerModel::ForwardBackward(
   if (tokens == nullptr || grads == nullptr) {
     return absl::InvalidArgumentError("ForwardBackward: null tokens or grads");
   }
+  RETURN_IF_ERROR(CheckWholeModel("ForwardBackward"));
   RETURN_IF_ERROR(CheckArena(*grads, "grads"));
   RETURN_IF_ERROR(Prepare(params, batch, length));
   const int stride = length + 1;
@@ -529,6 +569,7 @@ absl::StatusOr<float> TransformerModel::Forward(const FloatArena& params,
                                                 const uint8_t* tokens,
                                                 int batch, int length) {
   if (tokens == nullptr) return absl::InvalidArgumentError("Forward: null tokens");
+  RETURN_IF_ERROR(CheckWholeModel("Forward"));
   RETURN_IF_ERROR(Prepare(params, batch, length));
   const int stride = length + 1;
   try {
@@ -549,6 +590,7 @@ absl::Status TransformerModel::NextByteLogits(const FloatArena& params,
   if (prefix == nullptr || logits == nullptr) {
     return absl::InvalidArgumentError("NextByteLogits: null prefix or logits");
   }
+  RETURN_IF_ERROR(CheckWholeModel("NextByteLogits"));
   RETURN_IF_ERROR(Prepare(params, 1, length));
   try {
     EmbedForward(prefix, length, x_[0]);

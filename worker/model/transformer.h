@@ -63,13 +63,24 @@ class TransformerModel final : public Model {
                         int target_stride, bool want_grad);
   // dx (B, T, d) overwritten; writes ln_f and head gradients into grads.
   void DecoderBackward(const float* x, float* dx, float* grads);
+  // As above, with the decoder's gradients written to separate buffers
+  // (ln_f weight and bias: d floats each; head: 256 x d), e.g. one readout
+  // gradient per stage.
+  struct DecoderGrads {
+    float* lnf_w = nullptr;
+    float* lnf_b = nullptr;
+    float* head_w = nullptr;
+  };
+  void DecoderBackward(const float* x, float* dx, const DecoderGrads& out);
   // dx_in may alias dx_out.
   void BlockBackward(int layer, const float* dx_out, float* dx_in,
                      float* grads);
   void EmbedBackward(const uint8_t* tokens, int token_stride, const float* dx,
                      float* grads);
   // Buffers of the residual stream: x(l) is block l's input, x(L) the
-  // decoder's input; dx(0), dx(1) two (B, T, d) gradient buffers.
+  // decoder's input; dx(0), dx(1) two (B, T, d) gradient buffers. A model
+  // of blocks [first, end) (ModelOptions.first_block / num_blocks) holds
+  // x(first) .. x(end) only, and the per-part calls take only its blocks.
   float* x(int l);
   float* dx(int i);
 
@@ -88,6 +99,15 @@ class TransformerModel final : public Model {
   std::string KernelReport() const;
   // Bytes of workspace (activations, scratch, bf16 weights) this model owns.
   size_t workspace_bytes() const { return workspace_bytes_; }
+  // Bytes of the blocked weight copies of the current plan (0 before the
+  // first Prepare).
+  size_t plan_weight_bytes() const;
+  // Compute threads of the next Prepare (0 = all cores); Prepare sets the
+  // calling thread's OpenMP thread count from it.
+  void set_threads(int threads) { options_.threads = threads; }
+  // The block range this model keeps (ModelOptions.first_block, num_blocks).
+  int first_block() const { return first_block_; }
+  int end_block() const { return end_block_; }
 
  private:
   struct Plan;
@@ -103,6 +123,7 @@ class TransformerModel final : public Model {
   absl::Status AllocateWorkspace();
   absl::StatusOr<Plan*> GetPlan(int batch, int length);
   absl::Status CheckArena(const FloatArena& arena, const char* what) const;
+  absl::Status CheckWholeModel(const char* call) const;
   void SetThreads() const;
   const float* P(int entry) const;         // f32 parameter
   float* G(float* grads, int entry) const; // gradient slot
@@ -111,6 +132,8 @@ class TransformerModel final : public Model {
                           float* var, void* out);
 
   ModelOptions options_;
+  int first_block_ = 0;
+  int end_block_ = 0;
   ModelTensorIndex index_;
   kernels::dt cdt_;
   size_t csize_;

@@ -1,5 +1,6 @@
 #include "worker/round/trainer_adapter.h"
 
+#include "common/log.h"
 #include "common/status_macros.h"
 
 namespace gasloc {
@@ -12,6 +13,17 @@ absl::StatusOr<std::unique_ptr<InnerTrainer>> TrainerAdapter::Create(
   options.num_workers = std::max(num_workers, rank + 1);
   options.threads = threads;
   ASSIGN_OR_RETURN(std::unique_ptr<Trainer> trainer, Trainer::Create(options));
+  const v1::TrainingSpec& t = trainer->spec().training();
+  if (t.mode() == v1::TRAIN_MODE_LOCAL_RGC) {
+    GASLOC_LOG(INFO) << "inner training: local RGC, " << t.local_rgc().stages()
+                     << " stages, "
+                     << (t.local_rgc().asynchronous() ? "asynchronous"
+                                                      : "synchronous")
+                     << ", " << trainer->threads() << " threads";
+  } else {
+    GASLOC_LOG(INFO) << "inner training: global backprop, "
+                     << trainer->threads() << " threads";
+  }
   return std::unique_ptr<InnerTrainer>(new TrainerAdapter(std::move(trainer)));
 }
 

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/job_spec.h"
 #include "common/status_macros.h"
+#include "worker/train/local_rgc_model.h"
 
 namespace gasloc {
 
@@ -16,6 +17,15 @@ int ResolveThreads(int threads, const v1::JobSpec& spec) {
   if (spec.training().threads() > 0)
     return static_cast<int>(spec.training().threads());
   return std::max(1u, std::thread::hardware_concurrency());
+}
+
+LocalRgcOptions LocalRgcOptionsFromSpec(const v1::TrainingSpec& training) {
+  LocalRgcOptions rgc;
+  rgc.stages = static_cast<int>(training.local_rgc().stages());
+  rgc.asynchronous = training.local_rgc().asynchronous();
+  rgc.threads_per_stage =
+      static_cast<int>(training.local_rgc().threads_per_stage());
+  return rgc;
 }
 
 double TrainFractionFromSpec(float fraction) {
@@ -30,9 +40,15 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
   model_options.precision = spec.training().precision();
   model_options.threads = ResolveThreads(options.threads, spec);
   model_options.max_batch = static_cast<int>(spec.training().batch());
-  ASSIGN_OR_RETURN(auto model,
-                   Model::Create(ModelConfigFromSpec(spec.model()),
-                                 model_options));
+  const ModelConfig config = ModelConfigFromSpec(spec.model());
+  std::unique_ptr<Model> model;
+  if (spec.training().mode() == v1::TRAIN_MODE_LOCAL_RGC) {
+    ASSIGN_OR_RETURN(model, LocalRgcModel::Create(
+                                config, model_options,
+                                LocalRgcOptionsFromSpec(spec.training())));
+  } else {
+    ASSIGN_OR_RETURN(model, Model::Create(config, model_options));
+  }
   auto trainer = CreateWithModel(options, std::move(model));
   if (!trainer.ok()) return trainer.status();
   InitParameters((*trainer)->config(), spec.training().seed(),

@@ -8,6 +8,10 @@
 //   for (...) ASSIGN_OR_RETURN(StepStats s, trainer->Step());
 //   ASSIGN_OR_RETURN(double bpb, trainer->EvaluateBpb());
 //
+// training.mode picks the model: global backprop (TransformerModel) or
+// local training with readout-gradient consensus (LocalRgcModel, K stages
+// on threads); everything else is the same.
+//
 // Step() = ComputeGradients() (forward + backward on the next batch,
 // gradients left in grads()) + ApplyGradients() (clip + AdamW); the
 // data-parallel baseline all-reduces grads() between the two.
@@ -143,6 +147,10 @@ class Trainer {
 // Resolves the compute thread count: `threads` if > 0, else the spec's, else
 // all cores (omp_get_max_threads / hardware concurrency).
 int ResolveThreads(int threads, const v1::JobSpec& spec);
+
+struct LocalRgcOptions;
+// training.local_rgc as LocalRgcOptions (defaults applied beforehand).
+LocalRgcOptions LocalRgcOptionsFromSpec(const v1::TrainingSpec& training);
 
 // The float train_fraction of a JobSpec as the decimal the user wrote
 // (0.9f -> 0.9, so the split is floor(0.9 * size) as data/README.md says).
