@@ -180,19 +180,21 @@ absl::StatusOr<WorkerDaemon::Job*> WorkerDaemon::PrepareJob(
     }
   } else if (assignment.has_model_source() &&
              assignment.model_source().worker_id() != 0 && model_fetcher_) {
-    auto round = model_fetcher_(assignment.model_source(), job->job_id,
-                                worker_id_.load(),
-                                job->trainer->params().flat(),
-                                job->runner->previous_iterate().flat());
-    if (!round.ok())
-      return Annotate(round.status(),
-                      absl::StrCat("fetching the model of job ", job->job_id,
-                                   " from worker ",
-                                   assignment.model_source().worker_id()));
-    job->runner->set_next_round(*round);
+    const std::string what =
+        absl::StrCat("fetching the model of job ", job->job_id,
+                     " from worker ", assignment.model_source().worker_id());
+    auto model = model_fetcher_(assignment.model_source(), job->job_id,
+                                worker_id_.load());
+    if (!model.ok()) return Annotate(model.status(), what);
+    RETURN_IF_ERROR(Annotate(job->runner->InstallFetchedModel(*model), what));
     GASLOC_LOG(INFO) << "job " << job->job_id << ": joined with the model of "
                      << "worker " << assignment.model_source().worker_id()
-                     << " at round " << *round;
+                     << " at round " << model->round << " ("
+                     << (model->optimizer_m.empty()
+                             ? "no AdamW state sent: inner optimizer starts cold"
+                             : absl::StrCat("AdamW state at step ",
+                                            model->optimizer_step))
+                     << ")";
   }
   GASLOC_LOG(INFO) << "job " << job->job_id << " (" << job->spec.name()
                    << "): " << v1::Algorithm_Name(job->spec.outer().algorithm())
@@ -363,19 +365,27 @@ absl::StatusOr<ModelSnapshot> WorkerDaemon::SnapshotModel(uint64_t job_id) {
   if (job_ == nullptr || job_->job_id != job_id)
     return absl::FailedPreconditionError(absl::StrCat(
         "worker ", worker_id_.load(), " holds no model of job ", job_id));
+  // Copies taken under job_mu_ (between rounds), so the served model is
+  // consistent while the next round runs.
   struct Copy {
-    std::vector<float> params, outer;
+    std::vector<float> params, outer, m, v;
   };
   auto copy = std::make_shared<Copy>();
-  const auto params = job_->trainer->params().flat();
-  const auto outer = job_->runner->previous_iterate().flat();
-  copy->params.assign(params.begin(), params.end());
-  copy->outer.assign(outer.begin(), outer.end());
+  auto take = [](std::vector<float>& to, const FloatArena* from) {
+    if (from != nullptr) to.assign(from->flat().begin(), from->flat().end());
+  };
+  take(copy->params, &job_->trainer->params());
+  take(copy->outer, &job_->runner->outer_state());
+  take(copy->m, job_->trainer->optimizer_m());
+  take(copy->v, job_->trainer->optimizer_v());
   ModelSnapshot snapshot;
   snapshot.job_id = job_id;
   snapshot.round = job_->runner->next_round();
   snapshot.params = copy->params;
   snapshot.outer_state = copy->outer;
+  snapshot.optimizer_m = copy->m;
+  snapshot.optimizer_v = copy->v;
+  snapshot.optimizer_step = job_->trainer->optimizer_step();
   snapshot.keep_alive = copy;
   return snapshot;
 }

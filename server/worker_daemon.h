@@ -47,11 +47,10 @@ struct WorkerDaemonOptions {
 using TrainerFactory = std::function<absl::StatusOr<std::unique_ptr<InnerTrainer>>(
     const v1::JobSpec& spec, int rank, int num_workers, int threads)>;
 
-// Pulls a running job's model from a member (Peer.FetchModel) into
-// `params` and `outer` (y_{t-1}); returns the member's next round.
-using ModelFetcher = std::function<absl::StatusOr<uint64_t>(
-    const v1::PeerAssignment& source, uint64_t job_id, uint64_t self_id,
-    std::span<float> params, std::span<float> outer)>;
+// Pulls a running job's model (parameters, outer state, inner optimizer
+// state and the member's next round) from a member (Peer.FetchModel).
+using ModelFetcher = std::function<absl::StatusOr<FetchedModel>(
+    const v1::PeerAssignment& source, uint64_t job_id, uint64_t self_id)>;
 
 class WorkerDaemon {
  public:

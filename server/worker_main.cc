@@ -114,27 +114,12 @@ int RunWorker() {
   options.data_dir = absl::GetFlag(FLAGS_data_dir);
 
   ModelFetcher fetcher = [&transport](const v1::PeerAssignment& source,
-                                      uint64_t job_id, uint64_t self_id,
-                                      std::span<float> params,
-                                      std::span<float> outer)
-      -> absl::StatusOr<uint64_t> {
+                                      uint64_t job_id, uint64_t self_id) {
     FetchModelOptions fetch;
     fetch.address = source.address();
     fetch.job_id = job_id;
     fetch.deadline = absl::Now() + absl::Minutes(5);
-    auto model = transport.FetchModel(fetch);
-    if (!model.ok()) return model.status();
-    if (model->params.size() != params.size() ||
-        (!model->outer_state.empty() && model->outer_state.size() != outer.size()))
-      return absl::FailedPreconditionError(absl::StrCat(
-          "worker ", source.worker_id(), " sent a model of ",
-          model->params.size(), " floats; this job's model has ",
-          params.size()));
-    std::copy(model->params.begin(), model->params.end(), params.begin());
-    if (!model->outer_state.empty())
-      std::copy(model->outer_state.begin(), model->outer_state.end(),
-                outer.begin());
-    return model->round;
+    return transport.FetchModel(fetch);
   };
   WorkerDaemon daemon(options, coordinator->get(), &transport,
                       &TrainerAdapter::Create, fetcher);

@@ -139,6 +139,13 @@ void Mailbox::FinishRound(uint64_t job_id, uint64_t round) {
   changed_.SignalAll();
 }
 
+void Mailbox::Abandon(const TransferKey& key, uint64_t peer_id,
+                      absl::Status why) {
+  absl::MutexLock lock(&mu_);
+  auto it = transfers_.find(MakeKey(key, peer_id));
+  if (it != transfers_.end()) FailLocked(*it->second, std::move(why));
+}
+
 void Mailbox::Shutdown() {
   absl::MutexLock lock(&mu_);
   shut_down_ = true;
@@ -319,8 +326,21 @@ std::vector<TransferOutcome> RunTransfers(
   std::vector<std::thread> senders;
   senders.reserve(sends.size());
   for (size_t i = 0; i < sends.size(); ++i)
-    senders.emplace_back(
-        [&, i] { outcomes[i] = send(sends[i]); });
+    senders.emplace_back([&, i] {
+      outcomes[i] = send(sends[i]);
+      // FAILED_PRECONDITION from the peer means it will not take part in
+      // this transfer (it finished the round, or the schedule it holds does
+      // not name us), so it will not send either: stop waiting for it now
+      // rather than at the deadline, which would make this worker late for
+      // its next partner in turn.
+      if (outcomes[i].status.code() == absl::StatusCode::kFailedPrecondition)
+        mailbox.Abandon(key, sends[i].peer_id,
+                        absl::FailedPreconditionError(absl::StrCat(
+                            "peer ", sends[i].peer_id,
+                            " refused this worker's transfer, so its own "
+                            "will not come: ",
+                            outcomes[i].status.message())));
+    });
   for (size_t i = 0; i < receives.size(); ++i) {
     TransferOutcome& outcome = outcomes[sends.size() + i];
     if (!expected.ok()) {

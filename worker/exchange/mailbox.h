@@ -94,6 +94,11 @@ class Mailbox {
   // Marks every round <= `round` of `job_id` finished.
   void FinishRound(uint64_t job_id, uint64_t round);
 
+  // Fails the open receive of (key, peer_id), if any, with `why`: the peer
+  // has told us it will not send (it refused our own transfer), so waiting
+  // for the deadline would only delay this worker. No-op otherwise.
+  void Abandon(const TransferKey& key, uint64_t peer_id, absl::Status why);
+
   // The worker is shutting down: every open transfer fails with
   // UNAVAILABLE, chunks waiting for a registration are refused, and every
   // later Expect or chunk is refused with UNAVAILABLE. Idempotent.

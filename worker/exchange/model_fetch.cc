@@ -1,28 +1,59 @@
 #include "worker/exchange/model_fetch.h"
 
+#include <limits>
+
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "worker/exchange/wire_codec.h"
 
 namespace gasloc {
 
+namespace {
+
+// The parts of a FetchModel stream, in the order they are sent.
+constexpr v1::ExchangePhase kParts[] = {
+    v1::EXCHANGE_PHASE_MODEL, v1::EXCHANGE_PHASE_OUTER_STATE,
+    v1::EXCHANGE_PHASE_OPTIMIZER_M, v1::EXCHANGE_PHASE_OPTIMIZER_V};
+constexpr int kRequiredParts = 2;  // MODEL and OUTER_STATE
+constexpr int kNumParts = 4;
+
+bool IsOptimizerPart(int part) { return part >= kRequiredParts; }
+
+}  // namespace
+
 absl::Status ModelChunks(
     const ModelSnapshot& snapshot, uint64_t sender_id,
     v1::WireEncoding encoding, uint32_t chunk_bytes,
     const std::function<bool(const v1::ExchangeChunk&)>& write) {
-  if (!snapshot.outer_state.empty() &&
-      snapshot.outer_state.size() != snapshot.params.size())
+  const size_t n = snapshot.params.size();
+  if (!snapshot.outer_state.empty() && snapshot.outer_state.size() != n)
     return absl::InternalError(absl::StrCat(
-        "outer state has ", snapshot.outer_state.size(),
-        " elements, params ", snapshot.params.size()));
+        "outer state has ", snapshot.outer_state.size(), " elements, params ",
+        n));
+  const bool has_optimizer = !snapshot.optimizer_m.empty();
+  if (has_optimizer && (snapshot.optimizer_m.size() != n ||
+                        snapshot.optimizer_v.size() != n))
+    return absl::InternalError(absl::StrCat(
+        "optimizer moments have ", snapshot.optimizer_m.size(), " and ",
+        snapshot.optimizer_v.size(), " elements, params ", n));
+  const std::span<const float> parts[] = {
+      snapshot.params, snapshot.outer_state, snapshot.optimizer_m,
+      snapshot.optimizer_v};
   v1::ExchangeChunk chunk;
-  for (auto [phase, data] :
-       {std::pair{v1::EXCHANGE_PHASE_MODEL, snapshot.params},
-        std::pair{v1::EXCHANGE_PHASE_OUTER_STATE, snapshot.outer_state}}) {
+  for (int part = 0; part < (has_optimizer ? kNumParts : kRequiredParts);
+       ++part) {
+    const std::span<const float> data = parts[part];
     ASSIGN_OR_RETURN(auto plan,
                      PlanChunks(0, data.size(), encoding, chunk_bytes));
+    // The chunk header's step is 32 bits; 4 billion AdamW steps is beyond
+    // any job this service runs, so refuse rather than wrap.
+    if (snapshot.optimizer_step > std::numeric_limits<uint32_t>::max())
+      return absl::InternalError(absl::StrCat(
+          "AdamW step ", snapshot.optimizer_step, " does not fit a chunk header"));
+    const auto step = static_cast<uint32_t>(
+        IsOptimizerPart(part) ? snapshot.optimizer_step : 0);
     const ChunkContext context{
-        TransferKey{snapshot.job_id, snapshot.round, phase, 0},
+        TransferKey{snapshot.job_id, snapshot.round, kParts[part], step},
         sender_id,
         0,
         data.size(),
@@ -44,54 +75,64 @@ ModelAssembler::ModelAssembler(uint64_t job_id, uint64_t requester_id,
   model_.job_id = job_id;
 }
 
+std::vector<float>& ModelAssembler::Target() {
+  switch (kParts[part_]) {
+    case v1::EXCHANGE_PHASE_MODEL: return model_.params;
+    case v1::EXCHANGE_PHASE_OUTER_STATE: return model_.outer_state;
+    case v1::EXCHANGE_PHASE_OPTIMIZER_M: return model_.optimizer_m;
+    default: return model_.optimizer_v;
+  }
+}
+
 absl::Status ModelAssembler::Start(const v1::ChunkHeader& h) {
+  const int part = part_ + 1;
+  if (part >= kNumParts)
+    return absl::InvalidArgumentError("chunk after the complete model");
+  if (h.phase() != kParts[part])
+    return absl::InvalidArgumentError(absl::StrCat(
+        part == 0 ? "model fetch starts with phase "
+                  : absl::StrCat("after the ", PhaseName(kParts[part_]),
+                                 " part came phase "),
+        PhaseName(h.phase()), ", expected ", PhaseName(kParts[part])));
   const uint64_t n = h.arena_elements();
   if (n > max_elements_)
     return absl::InvalidArgumentError(absl::StrCat(
         "sender announces ", n, " elements, more than the limit ",
         max_elements_));
-  if (!started_) {
-    if (h.phase() != v1::EXCHANGE_PHASE_MODEL)
-      return absl::InvalidArgumentError(
-          absl::StrCat("model fetch starts with phase ", PhaseName(h.phase()),
-                       ", expected MODEL"));
-    started_ = true;
+  if (part == 0) {
     model_.round = h.round();
     model_.sender_id = h.sender_id();
-    model_.params.assign(n, 0.0f);
-  } else {
-    if (h.phase() != v1::EXCHANGE_PHASE_OUTER_STATE)
-      return absl::InvalidArgumentError(absl::StrCat(
-          "after the MODEL part came phase ", PhaseName(h.phase()),
-          ", expected OUTER_STATE"));
-    if (n != 0 && n != model_.params.size())
-      return absl::InvalidArgumentError(absl::StrCat(
-          "outer state has ", n, " elements, the model ",
-          model_.params.size()));
-    model_.outer_state.assign(n, 0.0f);
+  } else if (n != model_.params.size() &&
+             (n != 0 || IsOptimizerPart(part))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        PhaseName(h.phase()), " has ", n, " elements, the model ",
+        model_.params.size()));
   }
-  phase_ = h.phase();
+  if (part == kNumParts - 1 && h.step() != model_.optimizer_step)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "OPTIMIZER_V is of AdamW step ", h.step(), ", OPTIMIZER_M of step ",
+        model_.optimizer_step));
+  part_ = part;
+  part_complete_ = false;
+  part_step_ = IsOptimizerPart(part) ? h.step() : 0;
+  if (IsOptimizerPart(part)) model_.optimizer_step = h.step();
+  Target().assign(n, 0.0f);
   next_ = 0;
   return absl::OkStatus();
 }
 
 absl::Status ModelAssembler::Add(const v1::ExchangeChunk& chunk) {
   const v1::ChunkHeader& h = chunk.header();
-  if (done_)
-    return absl::InvalidArgumentError("chunk after the complete model");
-  if (!started_ || (model_done_ && phase_ == v1::EXCHANGE_PHASE_MODEL))
-    RETURN_IF_ERROR(Start(h));
-  std::vector<float>& target = phase_ == v1::EXCHANGE_PHASE_MODEL
-                                   ? model_.params
-                                   : model_.outer_state;
+  if (part_ < 0 || part_complete_) RETURN_IF_ERROR(Start(h));
+  std::vector<float>& target = Target();
   const ChunkExpectation expect{
-      TransferKey{model_.job_id, model_.round, phase_, 0},
+      TransferKey{model_.job_id, model_.round, kParts[part_], part_step_},
       model_.sender_id,
       requester_id_,
       0,
       target.size(),
       target.size()};
-  if (h.offset() != next_ && h.phase() == phase_)
+  if (h.offset() != next_ && h.phase() == kParts[part_])
     return absl::InvalidArgumentError(absl::StrCat(
         "chunk starts at element ", h.offset(), ", expected ", next_,
         " (chunks must arrive in order)"));
@@ -100,23 +141,24 @@ absl::Status ModelAssembler::Add(const v1::ExchangeChunk& chunk) {
   if (chunk.last()) {
     if (next_ != target.size())
       return absl::InvalidArgumentError(absl::StrCat(
-          "last chunk of ", PhaseName(phase_), " ends at element ", next_,
-          " of ", target.size()));
-    if (phase_ == v1::EXCHANGE_PHASE_OUTER_STATE) done_ = true;
-    model_done_ = true;
+          "last chunk of ", PhaseName(kParts[part_]), " ends at element ",
+          next_, " of ", target.size()));
+    part_complete_ = true;
   } else if (next_ == target.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        PhaseName(phase_), " part is complete but its last flag is missing"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(PhaseName(kParts[part_]),
+                     " part is complete but its last flag is missing"));
   }
   return absl::OkStatus();
 }
 
 absl::StatusOr<FetchedModel> ModelAssembler::Finish() {
-  if (!done_)
+  const int complete_parts = part_complete_ ? part_ + 1 : part_;
+  if (complete_parts != kRequiredParts && complete_parts != kNumParts)
     return absl::UnavailableError(absl::StrCat(
         "model fetch incomplete: ",
-        !started_ ? "nothing arrived"
-                  : absl::StrCat("stopped in ", PhaseName(phase_),
+        part_ < 0 ? "nothing arrived"
+                  : absl::StrCat("stopped in ", PhaseName(kParts[part_]),
                                  " at element ", next_)));
   return std::move(model_);
 }

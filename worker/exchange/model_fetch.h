@@ -1,8 +1,10 @@
 // FetchModel's payload, without the network: a member turns a snapshot of
-// its model (theta, then the outer state) into chunks (ModelChunks), and a
-// joining worker checks and reassembles them (ModelAssembler). Both halves
-// use the exchange chunk format: phase MODEL then OUTER_STATE, each over
-// the range [0, elements), in order, the last chunk of each flagged.
+// its model (theta, the outer state, and its inner AdamW moments) into
+// chunks (ModelChunks), and a joining worker checks and reassembles them
+// (ModelAssembler). Both halves use the exchange chunk format: phase MODEL,
+// OUTER_STATE, then optionally OPTIMIZER_M and OPTIMIZER_V (both or
+// neither; their header `step` is the AdamW step count), each over the
+// range [0, elements), in order, the last chunk of each flagged.
 //
 // Thread safety: ModelChunks is a pure function; a ModelAssembler is used
 // by one thread.
@@ -30,6 +32,10 @@ struct ModelSnapshot {
   uint64_t round = 0;
   std::span<const float> params;
   std::span<const float> outer_state;
+  // The inner AdamW moments (both empty = none to share) and step count.
+  std::span<const float> optimizer_m;
+  std::span<const float> optimizer_v;
+  uint64_t optimizer_step = 0;
   std::shared_ptr<const void> keep_alive;
 };
 
@@ -51,6 +57,10 @@ struct FetchedModel {
   uint64_t sender_id = 0;
   std::vector<float> params;
   std::vector<float> outer_state;
+  // Empty when the member sent no optimizer state.
+  std::vector<float> optimizer_m;
+  std::vector<float> optimizer_v;
+  uint64_t optimizer_step = 0;
 };
 
 class ModelAssembler {
@@ -63,21 +73,21 @@ class ModelAssembler {
   // the first chunk, geometry, checksum, finite values, contiguous order)
   // and stores it.
   absl::Status Add(const v1::ExchangeChunk& chunk);
-  // The model, once both parts arrived complete; otherwise UNAVAILABLE
-  // naming what is missing.
+  // The model, once MODEL and OUTER_STATE (and, if started, both optimizer
+  // parts) arrived complete; otherwise UNAVAILABLE naming what is missing.
   absl::StatusOr<FetchedModel> Finish();
 
  private:
   absl::Status Start(const v1::ChunkHeader& h);
+  std::vector<float>& Target();
 
   const uint64_t requester_id_;
   const uint64_t max_elements_;
   FetchedModel model_;
-  v1::ExchangePhase phase_ = v1::EXCHANGE_PHASE_UNSPECIFIED;  // current
-  bool started_ = false;
-  bool model_done_ = false;  // the MODEL part arrived complete
-  bool done_ = false;        // both parts arrived complete
-  uint64_t next_ = 0;  // next element of the current phase
+  int part_ = -1;               // index into the part order; -1 = none yet
+  bool part_complete_ = false;  // the current part's last chunk arrived
+  uint32_t part_step_ = 0;      // header step of the current part
+  uint64_t next_ = 0;           // next element of the current part
 };
 
 }  // namespace gasloc

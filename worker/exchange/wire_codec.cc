@@ -55,6 +55,10 @@ std::string PhaseName(v1::ExchangePhase phase) {
       return "MODEL";
     case v1::EXCHANGE_PHASE_OUTER_STATE:
       return "OUTER_STATE";
+    case v1::EXCHANGE_PHASE_OPTIMIZER_M:
+      return "OPTIMIZER_M";
+    case v1::EXCHANGE_PHASE_OPTIMIZER_V:
+      return "OPTIMIZER_V";
     case v1::EXCHANGE_PHASE_UNSPECIFIED:
       return "UNSPECIFIED";
     default:

@@ -49,6 +49,15 @@ class InnerTrainer {
                                       const OuterCheckpointState& outer) = 0;
   virtual absl::StatusOr<OuterCheckpointState> LoadCheckpoint(
       const std::string& path) = 0;
+
+  // The inner optimizer's state, shared with a worker that joins a running
+  // job (FetchModel) so it does not restart AdamW cold: the two moment
+  // arenas (params' layout) and the step count. A trainer with no such
+  // state to share returns nullptr moments (the default).
+  virtual FloatArena* optimizer_m() { return nullptr; }
+  virtual FloatArena* optimizer_v() { return nullptr; }
+  virtual uint64_t optimizer_step() const { return 0; }
+  virtual void set_optimizer_step(uint64_t step) { (void)step; }
 };
 
 }  // namespace gasloc

@@ -59,6 +59,45 @@ ExchangeOptions RoundRunner::MakeExchangeOptions() const {
   return options;
 }
 
+FloatArena& RoundRunner::outer_state() {
+  return IsGossipAlgorithm(options_.spec.outer().algorithm()) ? y_prev_
+                                                              : momentum_;
+}
+
+absl::Status RoundRunner::InstallFetchedModel(const FetchedModel& model) {
+  FloatArena& params = trainer_->params();
+  const size_t n = params.size();
+  FloatArena* m = trainer_->optimizer_m();
+  FloatArena* v = trainer_->optimizer_v();
+  const bool with_optimizer = !model.optimizer_m.empty() && m != nullptr &&
+                              v != nullptr;
+  auto mismatch = [&](const char* part, size_t got) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "worker ", model.sender_id, " sent ", part, " of ", got,
+        " floats; this job's model has ", n));
+  };
+  if (model.params.size() != n) return mismatch("parameters", model.params.size());
+  if (!model.outer_state.empty() && model.outer_state.size() != n)
+    return mismatch("an outer state", model.outer_state.size());
+  if (with_optimizer &&
+      (model.optimizer_m.size() != n || model.optimizer_v.size() != n))
+    return absl::FailedPreconditionError(absl::StrCat(
+        "worker ", model.sender_id, " sent optimizer moments of ",
+        model.optimizer_m.size(), " and ", model.optimizer_v.size(),
+        " floats; this job's model has ", n));
+  std::copy(model.params.begin(), model.params.end(), params.data());
+  if (!model.outer_state.empty())
+    std::copy(model.outer_state.begin(), model.outer_state.end(),
+              outer_state().data());
+  if (with_optimizer) {
+    std::copy(model.optimizer_m.begin(), model.optimizer_m.end(), m->data());
+    std::copy(model.optimizer_v.begin(), model.optimizer_v.end(), v->data());
+    trainer_->set_optimizer_step(model.optimizer_step);
+  }
+  next_round_ = model.round;
+  return absl::OkStatus();
+}
+
 absl::StatusOr<v1::ReportRoundRequest> RoundRunner::RunRound(
     const v1::Assignment& assignment) {
   if (assignment.kind() != v1::ASSIGNMENT_KIND_ROUND)

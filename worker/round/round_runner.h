@@ -27,6 +27,7 @@
 #include "common/clock.h"
 #include "gasloc/v1/coordinator.pb.h"
 #include "gasloc/v1/job.pb.h"
+#include "worker/exchange/model_fetch.h"
 #include "worker/exchange/peer_transport.h"
 #include "worker/round/inner_trainer.h"
 #include "worker/round/ring_all_reduce.h"
@@ -83,9 +84,19 @@ class RoundRunner {
   // GASLoC's y_{t-1} and DiLoCo's momentum v.
   FloatArena& previous_iterate() { return y_prev_; }
   FloatArena& momentum() { return momentum_; }
+  // The outer buffer this job's algorithm carries between rounds (what a
+  // joining worker needs): y_{t-1} for gossip, the momentum v for the
+  // all-reduce algorithms.
+  FloatArena& outer_state();
   // Rounds completed by this runner (the next round expected is this).
   uint64_t next_round() const { return next_round_; }
   void set_next_round(uint64_t round) { next_round_ = round; }
+  // Adopts a member's model for a worker joining a running job: theta, the
+  // outer state, the inner AdamW moments and step (when sent and the
+  // trainer keeps them), and the member's next round. FAILED_PRECONDITION
+  // naming the part whose size does not match this job's model; nothing
+  // is changed then.
+  absl::Status InstallFetchedModel(const FetchedModel& model);
 
   // Saves trainer + outer state + round; Load restores them.
   absl::Status SaveCheckpoint(const std::string& path);

@@ -36,6 +36,10 @@ class TrainerAdapter final : public InnerTrainer {
   absl::StatusOr<OuterCheckpointState> LoadCheckpoint(
       const std::string& path) override;
 
+  FloatArena* optimizer_m() override { return &trainer_->optimizer().m(); }
+  FloatArena* optimizer_v() override { return &trainer_->optimizer().v(); }
+  uint64_t optimizer_step() const override { return trainer_->step(); }
+  void set_optimizer_step(uint64_t step) override { trainer_->set_step(step); }
   Trainer& trainer() { return *trainer_; }
 
  private:

@@ -43,6 +43,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "worker/model/transformer.h"
 #include "worker/train/stage_partition.h"
@@ -148,9 +149,9 @@ class LocalRgcModel final : public Model {
   // h_b is in mailbox b (or failed_ when the producer failed).
   std::mutex handoff_mu_;
   std::condition_variable handoff_cv_;
-  uint64_t step_ = 0;
-  std::vector<uint64_t> handoff_step_;
-  bool handoff_failed_ = false;
+  uint64_t step_ ABSL_GUARDED_BY(handoff_mu_) = 0;
+  std::vector<uint64_t> handoff_step_ ABSL_GUARDED_BY(handoff_mu_);
+  bool handoff_failed_ ABSL_GUARDED_BY(handoff_mu_) = false;
 };
 
 }  // namespace gasloc

@@ -190,6 +190,25 @@ TEST_F(InProcessTest, SilentPeerMeansDeadlineExceededOnBothSides) {
   EXPECT_TRUE(r.a[0].status.ok());
 }
 
+TEST_F(InProcessTest, PeerPastTheRoundIsGivenUpAtOnceNotAtTheDeadline) {
+  // Worker 2 already gave up on round 1 (its own deadline passed): it
+  // refuses worker 1's late transfer and will not send. Worker 1 must not
+  // wait its whole deadline for data that cannot come.
+  b_->mailbox().FinishRound(key_.job_id, key_.round);
+  options_.chunk_bytes = 4096;
+  options_.deadline = absl::Now() + absl::Seconds(5);
+  OutgoingTransfer send{2, InProcessNetwork::Address(2), model_a_, 0, kArena};
+  IncomingTransfer recv{2, scratch_a_, 0, kArena};
+  const absl::Time start = absl::Now();
+  auto out = a_->Exchange(key_, {&send, 1}, {&recv, 1}, options_);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1));
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(out[1].status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(out[1].status.message(), HasSubstr("will not come"));
+  EXPECT_EQ(scratch_a_, std::vector<float>(kArena, 0.0f));
+}
+
 TEST_F(InProcessTest, UnknownPeerIsUnavailable) {
   options_.deadline = absl::Now() + absl::Seconds(1);
   OutgoingTransfer send{42, "inproc:42", model_a_, 0, kArena};

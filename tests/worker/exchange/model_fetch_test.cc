@@ -103,5 +103,79 @@ TEST(ModelFetch, RejectsBadStreams) {
   }
 }
 
+// A snapshot with the inner AdamW state, as a member serves it.
+std::vector<v1::ExchangeChunk> EncodeWithOptimizer(
+    const std::vector<float>& params, const std::vector<float>& m,
+    const std::vector<float>& v, uint64_t step) {
+  ModelSnapshot snapshot;
+  snapshot.job_id = 6;
+  snapshot.round = 40;
+  snapshot.params = params;
+  snapshot.outer_state = params;
+  snapshot.optimizer_m = m;
+  snapshot.optimizer_v = v;
+  snapshot.optimizer_step = step;
+  std::vector<v1::ExchangeChunk> chunks;
+  EXPECT_TRUE(ModelChunks(snapshot, /*sender_id=*/5, v1::WIRE_ENCODING_FP32,
+                          1024,
+                          [&](const v1::ExchangeChunk& c) {
+                            chunks.push_back(c);
+                            return true;
+                          })
+                  .ok());
+  return chunks;
+}
+
+TEST(ModelFetch, RoundTripsTheOptimizerState) {
+  const auto params = Values(1000, 1), m = Values(1000, -2),
+             v = Values(1000, 7);
+  auto chunks = EncodeWithOptimizer(params, m, v, /*step=*/1234);
+  ASSERT_EQ(chunks.size(), 16u);  // four parts of 4 chunks
+  EXPECT_EQ(chunks[8].header().phase(), v1::EXCHANGE_PHASE_OPTIMIZER_M);
+  EXPECT_EQ(chunks[8].header().step(), 1234u);
+  ModelAssembler assembler(6, 9);
+  for (const auto& c : chunks) ASSERT_TRUE(assembler.Add(c).ok());
+  auto model = assembler.Finish();
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ(model->optimizer_m, m);
+  EXPECT_EQ(model->optimizer_v, v);
+  EXPECT_EQ(model->optimizer_step, 1234u);
+  // Without optimizer parts (a member whose trainer keeps none) the model
+  // is complete after OUTER_STATE and carries no moments.
+  auto plain = Encode(params, params, v1::WIRE_ENCODING_FP32);
+  ModelAssembler without(6, 9);
+  for (const auto& c : plain) ASSERT_TRUE(without.Add(c).ok());
+  ASSERT_TRUE(without.Finish().ok());
+  EXPECT_TRUE(without.Finish()->optimizer_m.empty());
+}
+
+TEST(ModelFetch, RejectsHalfAnOptimizerState) {
+  const auto params = Values(1000, 1);
+  auto chunks = EncodeWithOptimizer(params, params, params, 50);
+  {
+    // OPTIMIZER_M complete, OPTIMIZER_V missing: incomplete, not a model.
+    ModelAssembler assembler(6, 9);
+    for (int i = 0; i < 12; ++i) ASSERT_TRUE(assembler.Add(chunks[i]).ok());
+    auto model = assembler.Finish();
+    EXPECT_EQ(model.status().code(), absl::StatusCode::kUnavailable);
+    EXPECT_THAT(model.status().message(), HasSubstr("OPTIMIZER_M"));
+  }
+  {
+    // The two moments must be of the same AdamW step.
+    ModelAssembler assembler(6, 9);
+    for (int i = 0; i < 12; ++i) ASSERT_TRUE(assembler.Add(chunks[i]).ok());
+    v1::ExchangeChunk v = chunks[12];
+    v.mutable_header()->set_step(51);
+    EXPECT_THAT(assembler.Add(v).message(), HasSubstr("step 51"));
+  }
+  {
+    // OPTIMIZER_V cannot come before OPTIMIZER_M.
+    ModelAssembler assembler(6, 9);
+    for (int i = 0; i < 8; ++i) ASSERT_TRUE(assembler.Add(chunks[i]).ok());
+    EXPECT_THAT(assembler.Add(chunks[12]).message(),
+                HasSubstr("expected OPTIMIZER_M"));
+  }
+}
+
 }  // namespace
 }  // namespace gasloc

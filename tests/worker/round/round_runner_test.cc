@@ -324,6 +324,65 @@ TEST(RoundRunner, EvaluatesOnTheLastRoundEvenWithoutAnInterval) {
   }
 }
 
+// A fake trainer that also keeps AdamW-like moments to share.
+class FakeTrainerWithOptimizer : public FakeTrainer {
+ public:
+  FakeTrainerWithOptimizer() : FakeTrainer(FakeLayout(), 1.0f),
+      m_(params().shared_layout()), v_(params().shared_layout()) {}
+  FloatArena* optimizer_m() override { return &m_; }
+  FloatArena* optimizer_v() override { return &v_; }
+  uint64_t optimizer_step() const override { return step_; }
+  void set_optimizer_step(uint64_t step) override { step_ = step; }
+
+ private:
+  FloatArena m_, v_;
+  uint64_t step_ = 0;
+};
+
+std::vector<float> Filled(size_t n, float base) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = base + 0.25f * static_cast<float>(i);
+  return v;
+}
+
+TEST(RoundRunner, InstallFetchedModelAdoptsEveryPart) {
+  InProcessNetwork network;
+  FakeTrainerWithOptimizer trainer;
+  auto transport = network.Join(1);
+  RoundRunner runner({1, kJob, Spec(v1::ALGORITHM_GASLOC), {}}, &trainer,
+                     transport.get(), &RealClock::Get());
+  const size_t n = trainer.params().size();
+  FetchedModel model;
+  model.round = 5;
+  model.sender_id = 2;
+  model.params = Filled(n, 1);
+  model.outer_state = Filled(n, 2);
+  model.optimizer_m = Filled(n, 3);
+  model.optimizer_v = Filled(n, 4);
+  model.optimizer_step = 77;
+  ASSERT_TRUE(runner.InstallFetchedModel(model).ok());
+  auto as_vector = [](FloatArena& a) {
+    return std::vector<float>(a.flat().begin(), a.flat().end());
+  };
+  EXPECT_EQ(as_vector(trainer.params()), model.params);
+  EXPECT_EQ(as_vector(runner.previous_iterate()), model.outer_state);
+  EXPECT_EQ(as_vector(*trainer.optimizer_m()), model.optimizer_m);
+  EXPECT_EQ(as_vector(*trainer.optimizer_v()), model.optimizer_v);
+  EXPECT_EQ(trainer.optimizer_step(), 77u);
+  EXPECT_EQ(runner.next_round(), 5u);
+
+  // A part of the wrong size is refused and changes nothing.
+  FetchedModel bad = model;
+  bad.params = Filled(n, 9);
+  bad.optimizer_v.pop_back();
+  bad.round = 9;
+  const absl::Status status = runner.InstallFetchedModel(bad);
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(status.message(), ::testing::HasSubstr("optimizer moments"));
+  EXPECT_EQ(as_vector(trainer.params()), model.params);
+  EXPECT_EQ(runner.next_round(), 5u);
+}
+
 TEST(RoundRunner, RejectsAssignmentsOfAnotherJob) {
   InProcessNetwork network;
   FakeTrainer trainer(FakeLayout(), 1.0f);
