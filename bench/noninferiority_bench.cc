@@ -25,6 +25,7 @@
 #include "bench/bench_flags.h"
 #include "bench/bench_registry.h"
 #include "bench/noninferiority_stats.h"
+#include "common/omp_wait_policy.h"
 #include "worker/train/local_rgc_model.h"
 #include "worker/train/trainer.h"
 
@@ -256,7 +257,7 @@ double Mean(const std::vector<double>& v) {
 int RunNonInferiority(int argc, char** argv) {
   Options o;
   if (!ParseArgs(argc, argv, &o)) return 2;
-  ::setenv("OMP_WAIT_POLICY", "PASSIVE", /*overwrite=*/0);
+  EnsureOmpWaitPolicy("PASSIVE");  // in this process too (re-executes)
   const Preset* preset = FindPreset(o.preset);
   if (preset == nullptr) {
     Fail("--preset must be D24, S or TINY, got '" + o.preset + "'");

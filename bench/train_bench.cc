@@ -22,6 +22,7 @@
 #include "bench/bench_flags.h"
 #include "bench/bench_registry.h"
 #include "common/job_spec.h"
+#include "common/omp_wait_policy.h"
 #include "dnnl.hpp"
 #include "worker/train/trainer.h"
 
@@ -153,9 +154,10 @@ double JsonNumber(const std::string& json, const std::string& key) {
 int RunTrainBench(int argc, char** argv) {
   BenchOptions o;
   if (!ParseArgs(argc, argv, &o)) return 2;
-  // As gasloc-train: passive OpenMP waiting unless the caller chose (the
-  // PyTorch run inherits the same setting).
-  ::setenv("OMP_WAIT_POLICY", "PASSIVE", /*overwrite=*/0);
+  // As gasloc-train: passive OpenMP waiting unless the caller chose, in
+  // this process (a setenv alone reached only the PyTorch child: libgomp
+  // reads the variable at load time) and in the PyTorch run.
+  EnsureOmpWaitPolicy("PASSIVE");
   struct Preset {
     const char* name;
     int layers, d_model, heads, ctx, batch;

@@ -16,6 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "common/flags_setup.h"
 #include "common/job_spec.h"
+#include "common/omp_wait_policy.h"
 #include "common/status_macros.h"
 #include "worker/train/trainer.h"
 
@@ -281,8 +282,8 @@ absl::Status Generate(const TrainMainOptions& o) {
 int main(int argc, char** argv) {
   // OpenMP threads sleep between parallel regions unless the user chose
   // otherwise: spinning threads stall badly on shared cores
-  // (docs/training.md, "Threads").
-  ::setenv("OMP_WAIT_POLICY", "PASSIVE", /*overwrite=*/0);
+  // (docs/training.md, "Threads"). Re-executes to make it take effect.
+  gasloc::EnsureOmpWaitPolicy("PASSIVE");
   const std::vector<std::string> args = gasloc::ParseFlagsOrExit(
       argc, argv,
       "gasloc-train: trains a byte-level transformer in one process.\n\n"

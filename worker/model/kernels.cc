@@ -1,5 +1,6 @@
 #include "worker/model/kernels.h"
 
+#include <immintrin.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -55,9 +56,10 @@ Matmul::Matmul(DnnlEnv* env, const Desc& desc) : env_(env), desc_(desc) {
   dnnl::primitive_attr attr;
   if (desc.user_scratchpad) attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   if (desc.scale != 1.0f) attr.set_output_scales(0, {desc.scale});
-  if (desc.add) {
+  if (desc.add || desc.accumulate) {
     dnnl::post_ops ops;
-    ops.append_binary(dnnl::algorithm::binary_add, desc.add_md);
+    if (desc.accumulate) ops.append_sum(1.0f);
+    if (desc.add) ops.append_binary(desc.add_alg, desc.add_md);
     attr.set_post_ops(ops);
   }
   const Dims c_dims = desc.c.dims();
@@ -84,7 +86,8 @@ void Matmul::Run(const void* a, const void* b, void* c, const float* bias,
       {DNNL_ARG_DST, Mem(desc_.c, env_, c)}};
   if (desc_.bias) args.emplace(DNNL_ARG_BIAS, Mem(bias_md_, env_, bias));
   if (desc_.add) {
-    args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1,
+    args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(desc_.accumulate ? 1 : 0) |
+                     DNNL_ARG_SRC_1,
                  Mem(desc_.add_md, env_, add));
   }
   prim_.execute(env_->stream, args);
@@ -133,6 +136,11 @@ Matmul::Desc LinearBwdDataDesc(const Linear::Options& o) {
   d.b = o.blocked_weights ? dnnl::memory::desc({o.N, o.K}, o.cdt, tag::any)
                          : PlainMd({o.N, o.K}, o.cdt);
   d.c = PlainMd({o.M, o.K}, o.dx_type);
+  d.add = o.bwd_data_mul;
+  if (o.bwd_data_mul) {
+    d.add_md = PlainMd({o.M, o.K}, o.dx_type);
+    d.add_alg = dnnl::algorithm::binary_mul;
+  }
   return d;
 }
 
@@ -162,14 +170,16 @@ Linear::Linear(DnnlEnv* env, const Options& options)
   }
 }
 
-void Linear::PrepareWeights(const float* w, void* fwd, void* bwd) {
+void Linear::PrepareWeights(const float* w, void* fwd, void* bwd,
+                            dnnl::stream* stream) {
+  dnnl::stream& on = stream != nullptr ? *stream : env_->stream;
   dnnl::memory src_t = Mem(w_t_f32_, env_, w);
   dnnl::memory src = Mem(w_f32_, env_, w);
   dnnl::memory dst_fwd = Mem(fwd_.weights_md(), env_, fwd);
   dnnl::memory dst_bwd = Mem(bwd_data_.weights_md(), env_, bwd);
-  to_fwd_.execute(env_->stream, src_t, dst_fwd);
-  to_bwd_.execute(env_->stream, src, dst_bwd);
-  env_->stream.wait();
+  to_fwd_.execute(on, src_t, dst_fwd);
+  to_bwd_.execute(on, src, dst_bwd);
+  on.wait();
 }
 
 size_t Linear::fwd_weights_bytes() const {
@@ -185,8 +195,9 @@ void Linear::Forward(const void* x, const void* w, const float* b,
   fwd_.Run(x, w, y, b, residual);
 }
 
-void Linear::BackwardData(const void* dy, const void* w, void* dx) {
-  bwd_data_.Run(dy, w, dx);
+void Linear::BackwardData(const void* dy, const void* w, void* dx,
+                          const void* mul) {
+  bwd_data_.Run(dy, w, dx, nullptr, mul);
 }
 
 void Linear::BackwardWeights(const void* x, const void* dy, float* dw,
@@ -202,53 +213,114 @@ std::string Linear::impl() const {
 
 // ---------------------------------------------------------------- LayerNorm
 
-LayerNorm::LayerNorm(DnnlEnv* env, int M, int C, float eps)
-    : env_(env), M_(M), C_(C) {
-  data_md_ = PlainMd({M, C}, dt::f32);
-  stat_md_ = PlainMd({M}, dt::f32);
-  param_md_ = PlainMd({C}, dt::f32);
-  const auto flags = dnnl::normalization_flags::use_scale |
-                     dnnl::normalization_flags::use_shift;
-  fwd_pd_ = dnnl::layer_normalization_forward::primitive_desc(
-      dnnl::layer_normalization_forward::desc(
-          dnnl::prop_kind::forward_training, data_md_, stat_md_, eps, flags),
-      env->engine);
-  fwd_ = dnnl::layer_normalization_forward(fwd_pd_);
-  bwd_pd_ = dnnl::layer_normalization_backward::primitive_desc(
-      dnnl::layer_normalization_backward::desc(dnnl::prop_kind::backward,
-                                               data_md_, data_md_, stat_md_,
-                                               eps, flags),
-      env->engine, fwd_pd_);
-  bwd_ = dnnl::layer_normalization_backward(bwd_pd_);
+namespace {
+
+// Writes n floats as `type` (f32 or bf16, round to nearest even).
+inline void StoreRow(const float* in, int64_t n, dt type, void* out) {
+  if (type == dt::bf16) {
+    auto* o = static_cast<uint16_t*>(out);
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) o[i] = FloatToBf16(in[i]);
+  } else {
+    std::memcpy(out, in, sizeof(float) * n);
+  }
 }
 
+}  // namespace
+
+LayerNorm::LayerNorm(int M, int C, float eps, dt out_type)
+    : M_(M), C_(C), eps_(eps), out_type_(out_type) {}
+
 void LayerNorm::Forward(const float* x, const float* gain, const float* bias,
-                        float* y, float* mean, float* var) {
-  fwd_.execute(env_->stream, {{DNNL_ARG_SRC, Mem(data_md_, env_, x)},
-                              {DNNL_ARG_DST, Mem(data_md_, env_, y)},
-                              {DNNL_ARG_SCALE, Mem(param_md_, env_, gain)},
-                              {DNNL_ARG_SHIFT, Mem(param_md_, env_, bias)},
-                              {DNNL_ARG_MEAN, Mem(stat_md_, env_, mean)},
-                              {DNNL_ARG_VARIANCE, Mem(stat_md_, env_, var)}});
-  env_->stream.wait();
+                        void* y, float* mean, float* var) {
+  const int C = C_;
+  const size_t osize = DtSize(out_type_);
+#pragma omp parallel
+  {
+    std::vector<float> row_out(C);
+#pragma omp for schedule(static)
+    for (int m = 0; m < M_; ++m) {
+      const float* row = x + int64_t{m} * C;
+      float sum = 0;
+#pragma omp simd reduction(+ : sum)
+      for (int c = 0; c < C; ++c) sum += row[c];
+      const float mu = sum / C;
+      float sq = 0;
+#pragma omp simd reduction(+ : sq)
+      for (int c = 0; c < C; ++c) sq += (row[c] - mu) * (row[c] - mu);
+      const float v = sq / C;
+      const float rstd = 1.0f / std::sqrt(v + eps_);
+      float* o = row_out.data();
+#pragma omp simd
+      for (int c = 0; c < C; ++c) o[c] = (row[c] - mu) * rstd * gain[c] + bias[c];
+      StoreRow(o, C, out_type_,
+               static_cast<char*>(y) + static_cast<size_t>(m) * C * osize);
+      mean[m] = mu;
+      var[m] = v;
+    }
+  }
 }
 
 void LayerNorm::Backward(const float* x, const float* gain, const float* mean,
-                         const float* var, const float* dy, float* dx,
+                         const float* var, const float* dy,
+                         const float* residual, float* dx, void* dx_copy,
                          float* dgain, float* dbias) {
-  bwd_.execute(env_->stream,
-               {{DNNL_ARG_SRC, Mem(data_md_, env_, x)},
-                {DNNL_ARG_DIFF_DST, Mem(data_md_, env_, dy)},
-                {DNNL_ARG_SCALE, Mem(param_md_, env_, gain)},
-                // oneDNN 2.6 refuses to execute without a shift argument,
-                // which the backward never reads: pass the gain's buffer.
-                {DNNL_ARG_SHIFT, Mem(param_md_, env_, gain)},
-                {DNNL_ARG_MEAN, Mem(stat_md_, env_, mean)},
-                {DNNL_ARG_VARIANCE, Mem(stat_md_, env_, var)},
-                {DNNL_ARG_DIFF_SRC, Mem(data_md_, env_, dx)},
-                {DNNL_ARG_DIFF_SCALE, Mem(param_md_, env_, dgain)},
-                {DNNL_ARG_DIFF_SHIFT, Mem(param_md_, env_, dbias)}});
-  env_->stream.wait();
+  const int C = C_;
+  const size_t osize = DtSize(out_type_);
+  const int nthreads = omp_get_max_threads();
+  partial_.assign(static_cast<size_t>(nthreads) * 2 * C, 0.0f);
+#pragma omp parallel num_threads(nthreads)
+  {
+    const int id = omp_get_thread_num(), nt = omp_get_num_threads();
+    float* pg = partial_.data() + static_cast<size_t>(id) * 2 * C;
+    float* pb = pg + C;
+    const int m0 = static_cast<int>(int64_t{M_} * id / nt);
+    const int m1 = static_cast<int>(int64_t{M_} * (id + 1) / nt);
+    for (int m = m0; m < m1; ++m) {
+      const float* xr = x + int64_t{m} * C;
+      const float* dyr = dy + int64_t{m} * C;
+      float* dxr = dx + int64_t{m} * C;
+      const float mu = mean[m];
+      const float rstd = 1.0f / std::sqrt(var[m] + eps_);
+      float s1 = 0, s2 = 0;
+#pragma omp simd reduction(+ : s1, s2)
+      for (int c = 0; c < C; ++c) {
+        const float xhat = (xr[c] - mu) * rstd;
+        const float dxhat = dyr[c] * gain[c];
+        s1 += dxhat;
+        s2 += dxhat * xhat;
+        pg[c] += dyr[c] * xhat;
+        pb[c] += dyr[c];
+      }
+      const float a = s1 / C, b = s2 / C;
+      if (residual != nullptr) {
+        const float* rr = residual + int64_t{m} * C;
+#pragma omp simd
+        for (int c = 0; c < C; ++c) {
+          const float xhat = (xr[c] - mu) * rstd;
+          dxr[c] = rstd * (dyr[c] * gain[c] - a - xhat * b) + rr[c];
+        }
+      } else {
+#pragma omp simd
+        for (int c = 0; c < C; ++c) {
+          const float xhat = (xr[c] - mu) * rstd;
+          dxr[c] = rstd * (dyr[c] * gain[c] - a - xhat * b);
+        }
+      }
+      if (dx_copy != nullptr) {
+        StoreRow(dxr, C, out_type_,
+                 static_cast<char*>(dx_copy) + static_cast<size_t>(m) * C * osize);
+      }
+    }
+  }
+  for (int c = 0; c < C; ++c) dgain[c] = dbias[c] = 0.0f;
+  for (int t = 0; t < nthreads; ++t) {
+    const float* pg = partial_.data() + static_cast<size_t>(t) * 2 * C;
+    for (int c = 0; c < C; ++c) {
+      dgain[c] += pg[c];
+      dbias[c] += pg[C + c];
+    }
+  }
 }
 
 // ---------------------------------------------------------------- Gelu
@@ -278,6 +350,148 @@ void Gelu::Backward(const void* x, const void* dy, void* dx) {
                               {DNNL_ARG_DIFF_DST, Mem(md_, env_, dy)},
                               {DNNL_ARG_DIFF_SRC, Mem(md_, env_, dx)}});
   env_->stream.wait();
+}
+
+// ---------------------------------------------------------------- GELU
+
+namespace {
+
+// exp(z) for z <= 0 (z below -87 gives 0): 2^k * p(r), |r| <= ln2 / 2,
+// degree-6 Taylor polynomial (relative error < 2e-7).
+inline float ExpNonPositive(float z) {
+  z = std::max(z, -87.0f);
+  const float k = std::floor(z * 1.44269504f + 0.5f);
+  const float r = (z - k * 0.693145752f) - k * 1.42860677e-6f;
+  float p = 1.0f / 720.0f;
+  p = p * r + 1.0f / 120.0f;
+  p = p * r + 1.0f / 24.0f;
+  p = p * r + 1.0f / 6.0f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  const int32_t bits = (static_cast<int32_t>(k) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, 4);
+  return p * scale;
+}
+
+// g = x Phi(x), gd = Phi(x) + x phi(x); Phi(x) = (1 + erf(x / sqrt 2)) / 2.
+inline void GeluAndDerivative(float x, float* g, float* gd) {
+  const float u = x * 0.70710678f;  // x / sqrt(2)
+  const float au = std::fabs(u);
+  const float t = 1.0f / (1.0f + 0.3275911f * au);
+  const float e = ExpNonPositive(-u * u);  // = sqrt(2 pi) phi(x)
+  const float poly =
+      t * (0.254829592f +
+           t * (-0.284496736f +
+                t * (1.421413741f + t * (-1.453152027f + t * 1.061405429f))));
+  const float erf_abs = 1.0f - poly * e;
+  const float erf = u < 0 ? -erf_abs : erf_abs;
+  const float cdf = 0.5f * (1.0f + erf);
+  *g = x * cdf;
+  *gd = cdf + x * e * 0.39894228f;  // 1 / sqrt(2 pi)
+}
+
+// The same on 8 floats with AVX2 + FMA (the build's x86-64-v3 baseline);
+// the compiler does not vectorize the scalar form (floor, bit casts).
+struct Gelu8 {
+  __m256 g, gd;
+};
+inline Gelu8 GeluAndDerivative8(__m256 x) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  const __m256 u = _mm256_mul_ps(x, _mm256_set1_ps(0.70710678f));
+  const __m256 au = _mm256_andnot_ps(sign, u);
+  // t = 1 / (1 + p |u|): approximate reciprocal + one Newton step (~23 bits).
+  const __m256 den = _mm256_fmadd_ps(_mm256_set1_ps(0.3275911f), au, one);
+  __m256 t = _mm256_rcp_ps(den);
+  t = _mm256_mul_ps(t, _mm256_fnmadd_ps(den, t, _mm256_set1_ps(2.0f)));
+  // e = exp(-u^2)
+  const __m256 z = _mm256_max_ps(_mm256_mul_ps(_mm256_xor_ps(u, sign), u),
+                                 _mm256_set1_ps(-87.0f));
+  const __m256 k = _mm256_floor_ps(_mm256_fmadd_ps(
+      z, _mm256_set1_ps(1.44269504f), _mm256_set1_ps(0.5f)));
+  __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693145752f), z);
+  r = _mm256_fnmadd_ps(k, _mm256_set1_ps(1.42860677e-6f), r);
+  __m256 p = _mm256_set1_ps(1.0f / 720.0f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+  p = _mm256_fmadd_ps(p, r, one);
+  p = _mm256_fmadd_ps(p, r, one);
+  const __m256i bits = _mm256_slli_epi32(
+      _mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
+  const __m256 e = _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
+  __m256 poly = _mm256_fmadd_ps(_mm256_set1_ps(1.061405429f), t,
+                                _mm256_set1_ps(-1.453152027f));
+  poly = _mm256_fmadd_ps(poly, t, _mm256_set1_ps(1.421413741f));
+  poly = _mm256_fmadd_ps(poly, t, _mm256_set1_ps(-0.284496736f));
+  poly = _mm256_fmadd_ps(poly, t, _mm256_set1_ps(0.254829592f));
+  poly = _mm256_mul_ps(poly, t);
+  const __m256 erf_abs = _mm256_fnmadd_ps(poly, e, one);
+  const __m256 erf = _mm256_or_ps(erf_abs, _mm256_and_ps(u, sign));
+  const __m256 cdf = _mm256_mul_ps(_mm256_set1_ps(0.5f), _mm256_add_ps(one, erf));
+  Gelu8 out;
+  out.g = _mm256_mul_ps(x, cdf);
+  out.gd = _mm256_fmadd_ps(_mm256_mul_ps(x, e), _mm256_set1_ps(0.39894228f),
+                           cdf);
+  return out;
+}
+
+inline __m256 LoadBf16x8(const uint16_t* p) {
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16));
+}
+
+// Round to nearest even, NaN kept quiet (as FloatToBf16).
+inline void StoreBf16x8(__m256 v, uint16_t* p) {
+  __m256i b = _mm256_castps_si256(v);
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(b, 16),
+                                       _mm256_set1_epi32(1));
+  b = _mm256_add_epi32(b, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff)));
+  b = _mm256_srli_epi32(b, 16);
+  const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+  b = _mm256_blendv_epi8(b, _mm256_set1_epi32(0x7fc0), nan);
+  const __m256i packed =
+      _mm256_permute4x64_epi64(_mm256_packus_epi32(b, b), 0x08);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p),
+                   _mm256_castsi256_si128(packed));
+}
+
+}  // namespace
+
+void GeluWithDerivative(const void* h, dt type, int64_t n, void* g,
+                        void* gd) {
+  const int64_t n8 = n / 8 * 8;
+  if (type == dt::bf16) {
+    const auto* in = static_cast<const uint16_t*>(h);
+    auto* go = static_cast<uint16_t*>(g);
+    auto* gdo = static_cast<uint16_t*>(gd);
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n8; i += 8) {
+      const Gelu8 r = GeluAndDerivative8(LoadBf16x8(in + i));
+      StoreBf16x8(r.g, go + i);
+      StoreBf16x8(r.gd, gdo + i);
+    }
+    for (int64_t i = n8; i < n; ++i) {
+      float a, b;
+      GeluAndDerivative(Bf16ToFloat(in[i]), &a, &b);
+      go[i] = FloatToBf16(a);
+      gdo[i] = FloatToBf16(b);
+    }
+  } else {
+    const auto* in = static_cast<const float*>(h);
+    auto* go = static_cast<float*>(g);
+    auto* gdo = static_cast<float*>(gd);
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n8; i += 8) {
+      const Gelu8 r = GeluAndDerivative8(_mm256_loadu_ps(in + i));
+      _mm256_storeu_ps(go + i, r.g);
+      _mm256_storeu_ps(gdo + i, r.gd);
+    }
+    for (int64_t i = n8; i < n; ++i) GeluAndDerivative(in[i], &go[i], &gdo[i]);
+  }
 }
 
 // ---------------------------------------------------------------- Convert
@@ -348,154 +562,220 @@ HeadLayout::HeadLayout(DnnlEnv* env, int B, int T, int C, int H, dt cdt)
 
 namespace {
 
-// (H, T, n) dense, and its per-head transpose (H, n, T) view.
-dnnl::memory::desc Dense(int H, int rows, int cols, dt type) {
-  return PlainMd({H, rows, cols}, type);
-}
-dnnl::memory::desc Transposed(int H, int rows, int cols, dt type) {
-  // logical (H, rows, cols) of a dense (H, cols, rows) buffer
-  return StridedMd({H, rows, cols}, type,
-                   {int64_t{rows} * cols, 1, int64_t{rows}});
-}
-
 Matmul::Desc AttnDesc(dnnl::memory::desc a, dnnl::memory::desc b,
-                      dnnl::memory::desc c, float scale) {
+                      dnnl::memory::desc c, float scale,
+                      bool accumulate = false) {
   Matmul::Desc d;
   d.a = a;
   d.b = b;
   d.c = c;
   d.scale = scale;
   d.user_scratchpad = true;
+  d.accumulate = accumulate;
   return d;
+}
+
+// One head's (rows, cols) dense block, and the transpose view (cols, rows)
+// of a dense (rows, cols) block. oneDNN's brgemm kernels take only dense
+// operands (a strided batch falls back to a slower gemm), so the row
+// blocks run one head at a time: a prefix of a head's rows is dense.
+dnnl::memory::desc Block(int rows, int cols, dt type) {
+  return PlainMd({rows, cols}, type);
+}
+dnnl::memory::desc BlockT(int rows, int cols, dt type) {
+  return StridedMd({cols, rows}, type, {1, cols});
 }
 
 }  // namespace
 
-// One thread's buffers: its stream, T x T blocks and oneDNN scratchpad.
+// The primitives of one row block, per head: query rows [r0, r0 + rows)
+// against keys [0, n), n = r0 + rows.
+struct CausalAttention::RowBlock {
+  RowBlock(DnnlEnv* env, int H, int hd, dt cdt, int r0_, int rows_,
+           bool accumulate)
+      : r0(r0_),
+        rows(rows_),
+        n(r0_ + rows_),
+        // S = scale Q_i K^T
+        qk(env, AttnDesc(Block(rows, hd, cdt), BlockT(n, hd, cdt),
+                         Block(rows, n, dt::f32),
+                         1.0f / std::sqrt(static_cast<float>(hd)))),
+        // O_i = P V
+        pv(env, AttnDesc(Block(rows, n, cdt), Block(n, hd, cdt),
+                         Block(rows, hd, cdt), 1.0f)),
+        // dP = dO_i V^T
+        dp(env, AttnDesc(Block(rows, hd, cdt), BlockT(n, hd, cdt),
+                         Block(rows, n, cdt), 1.0f)),
+        // dV[0, n) (+)= P^T dO_i, f32
+        dv(env, AttnDesc(BlockT(rows, n, cdt), Block(rows, hd, cdt),
+                         Block(n, hd, dt::f32), 1.0f, accumulate)),
+        // dQ_i = scale dS K
+        dq(env, AttnDesc(Block(rows, n, cdt), Block(n, hd, cdt),
+                         Block(rows, hd, cdt),
+                         1.0f / std::sqrt(static_cast<float>(hd)))),
+        // dK[0, n) (+)= scale dS^T Q_i, f32
+        dk(env, AttnDesc(BlockT(rows, n, cdt), Block(rows, hd, cdt),
+                         Block(n, hd, dt::f32),
+                         1.0f / std::sqrt(static_cast<float>(hd)),
+                         accumulate)),
+        s_md(PlainMd({H, rows, n}, dt::f32)),
+        p_md(PlainMd({H, rows, n}, cdt)) {
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    auto fwd_pd = dnnl::softmax_v2_forward::primitive_desc(
+        dnnl::softmax_v2_forward::desc(dnnl::prop_kind::forward_training,
+                                       dnnl::algorithm::softmax_accurate, s_md,
+                                       p_md, 2),
+        attr, env->engine);
+    softmax_fwd = dnnl::softmax_v2_forward(fwd_pd);
+    auto bwd_pd = dnnl::softmax_v2_backward::primitive_desc(
+        dnnl::softmax_v2_backward::desc(dnnl::algorithm::softmax_accurate,
+                                        p_md, p_md, p_md, 2),
+        attr, env->engine, fwd_pd);
+    softmax_bwd = dnnl::softmax_v2_backward(bwd_pd);
+    softmax_fwd_scratch_md = fwd_pd.scratchpad_desc();
+    softmax_bwd_scratch_md = bwd_pd.scratchpad_desc();
+  }
+  size_t scratchpad_bytes() const {
+    size_t bytes = 0;
+    for (size_t b : {qk.scratchpad_bytes(), pv.scratchpad_bytes(),
+                     dp.scratchpad_bytes(), dv.scratchpad_bytes(),
+                     dq.scratchpad_bytes(), dk.scratchpad_bytes(),
+                     softmax_fwd_scratch_md.get_size(),
+                     softmax_bwd_scratch_md.get_size()}) {
+      bytes = std::max(bytes, b);
+    }
+    return bytes;
+  }
+  int r0, rows, n;
+  Matmul qk, pv, dp, dv, dq, dk;
+  dnnl::memory::desc s_md, p_md;
+  dnnl::softmax_v2_forward softmax_fwd;
+  dnnl::softmax_v2_backward softmax_bwd;
+  dnnl::memory::desc softmax_fwd_scratch_md, softmax_bwd_scratch_md;
+};
+
+// One thread's buffers: its stream, one row block's scores and the f32 dK,
+// dV accumulators (bf16 only) and oneDNN scratchpad.
 struct CausalAttention::ThreadScratch {
   explicit ThreadScratch(const dnnl::engine& engine, size_t bytes)
       : stream(engine), buffer(bytes + 64) {}
   dnnl::stream stream;
   std::vector<char> buffer;
-  float* s = nullptr;   // (H, T, T) f32 scores
-  void* p = nullptr;    // (H, T, T) cdt probabilities
-  void* dp = nullptr;   // (H, T, T) cdt
-  void* ds = nullptr;   // (H, T, T) cdt
+  float* s = nullptr;    // (H, block_rows, T) f32 scores
+  void* p = nullptr;     // (H, block_rows, T) cdt probabilities
+  void* dp = nullptr;    // (H, block_rows, T) cdt
+  void* ds = nullptr;    // (H, block_rows, T) cdt
+  float* acc = nullptr;  // (2, H, T, hd) f32: dK, dV (bf16 only)
   void* scratchpad = nullptr;
 };
 
-CausalAttention::CausalAttention(DnnlEnv* env, int T, int C, int H, dt cdt)
+namespace {
+size_t Aligned(size_t bytes) { return (bytes + 63) / 64 * 64; }
+}  // namespace
+
+CausalAttention::CausalAttention(DnnlEnv* env, int T, int C, int H, dt cdt,
+                                 int block_rows)
     : env_(env),
       T_(T),
       C_(C),
       H_(H),
       cdt_(cdt),
       esize_(DtSize(cdt)),
-      head_bytes_(static_cast<size_t>(T) * C * DtSize(cdt)),
-      // S = scale Q K^T
-      qk_(env, AttnDesc(Dense(H, T, C / H, cdt), Transposed(H, C / H, T, cdt),
-                        Dense(H, T, T, dt::f32),
-                        1.0f / std::sqrt(static_cast<float>(C / H)))),
-      // O = P V
-      pv_(env, AttnDesc(Dense(H, T, T, cdt), Dense(H, T, C / H, cdt),
-                        Dense(H, T, C / H, cdt), 1.0f)),
-      // dP = dO V^T
-      dp_mm_(env, AttnDesc(Dense(H, T, C / H, cdt),
-                           Transposed(H, C / H, T, cdt), Dense(H, T, T, cdt),
-                           1.0f)),
-      // dV = P^T dO
-      dv_mm_(env, AttnDesc(Transposed(H, T, T, cdt), Dense(H, T, C / H, cdt),
-                           Dense(H, T, C / H, cdt), 1.0f)),
-      // dQ = scale dS K
-      dq_mm_(env, AttnDesc(Dense(H, T, T, cdt), Dense(H, T, C / H, cdt),
-                           Dense(H, T, C / H, cdt),
-                           1.0f / std::sqrt(static_cast<float>(C / H)))),
-      // dK = scale dS^T Q
-      dk_mm_(env, AttnDesc(Transposed(H, T, T, cdt), Dense(H, T, C / H, cdt),
-                           Dense(H, T, C / H, cdt),
-                           1.0f / std::sqrt(static_cast<float>(C / H)))) {
-  s_md_ = PlainMd({H, T, T}, dt::f32);
-  p_md_ = PlainMd({H, T, T}, cdt);
-  dnnl::primitive_attr attr;
-  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  auto fwd_pd = dnnl::softmax_v2_forward::primitive_desc(
-      dnnl::softmax_v2_forward::desc(dnnl::prop_kind::forward_training,
-                                     dnnl::algorithm::softmax_accurate, s_md_,
-                                     p_md_, 2),
-      attr, env->engine);
-  softmax_fwd_ = dnnl::softmax_v2_forward(fwd_pd);
-  auto bwd_pd = dnnl::softmax_v2_backward::primitive_desc(
-      dnnl::softmax_v2_backward::desc(dnnl::algorithm::softmax_accurate,
-                                      p_md_, p_md_, p_md_, 2),
-      attr, env->engine, fwd_pd);
-  softmax_bwd_ = dnnl::softmax_v2_backward(bwd_pd);
-  softmax_fwd_scratch_md_ = fwd_pd.scratchpad_desc();
-  softmax_bwd_scratch_md_ = bwd_pd.scratchpad_desc();
-  for (size_t bytes :
-       {qk_.scratchpad_bytes(), pv_.scratchpad_bytes(),
-        dp_mm_.scratchpad_bytes(), dv_mm_.scratchpad_bytes(),
-        dq_mm_.scratchpad_bytes(), dk_mm_.scratchpad_bytes(),
-        fwd_pd.scratchpad_desc().get_size(),
-        bwd_pd.scratchpad_desc().get_size()}) {
-    scratchpad_bytes_ = std::max(scratchpad_bytes_, bytes);
+      head_bytes_(static_cast<size_t>(T) * C * DtSize(cdt)) {
+  const int rows = std::max(1, std::min(block_rows, T));
+  const int nb = (T + rows - 1) / rows;
+  for (int i = 0; i < nb; ++i) {
+    // The backward visits the last block first: it writes dK, dV; the
+    // others add to them.
+    blocks_.push_back(std::make_unique<RowBlock>(
+        env, H, C / H, cdt, i * rows, std::min(rows, T - i * rows),
+        /*accumulate=*/i != nb - 1));
+    scratchpad_bytes_ =
+        std::max(scratchpad_bytes_, blocks_.back()->scratchpad_bytes());
   }
-  const size_t n = static_cast<size_t>(H) * T * T;
-  per_thread_bytes_ = (n * 4 + 63) / 64 * 64 + 3 * ((n * esize_ + 63) / 64 * 64);
+  const size_t n = static_cast<size_t>(H) * rows * T;
+  per_thread_bytes_ = Aligned(n * 4) + 3 * Aligned(n * esize_);
+  if (cdt != dt::f32) per_thread_bytes_ += Aligned(size_t{2} * T * C * 4);
 }
 
 std::string CausalAttention::impl() const {
-  return "qk " + qk_.impl() + ", pv " + pv_.impl() + ", dp " + dp_mm_.impl() +
-         ", dv " + dv_mm_.impl() + ", dq " + dq_mm_.impl() + ", dk " +
-         dk_mm_.impl();
+  const RowBlock& b = *blocks_.front();
+  return std::to_string(blocks_.size()) + " row blocks; qk " + b.qk.impl() +
+         ", pv " + b.pv.impl() + ", dp " + b.dp.impl() + ", dv " +
+         b.dv.impl() + ", dq " + b.dq.impl() + ", dk " + b.dk.impl();
 }
 
 CausalAttention::~CausalAttention() = default;
 
-void CausalAttention::Probabilities(ThreadScratch& ts, const char* qkv_b) {
-  qk_.RunOn(ts.stream, ts.scratchpad, qkv_b, qkv_b + head_bytes_, ts.s);
-  // Causal mask: a query never sees later keys.
-  for (int64_t row = 0; row < int64_t{H_} * T_; ++row) {
-    const int t = static_cast<int>(row % T_);
-    float* r = ts.s + row * T_;
-    for (int s = t + 1; s < T_; ++s) r[s] = -1e30f;
+void CausalAttention::Probabilities(RowBlock& blk, ThreadScratch& ts,
+                                    const char* qkv_b) {
+  const size_t row_bytes = static_cast<size_t>(C_ / H_) * esize_;
+  const size_t head = static_cast<size_t>(T_) * row_bytes;  // one head
+  const int64_t tile = int64_t{blk.rows} * blk.n;
+  for (int h = 0; h < H_; ++h) {
+    blk.qk.RunOn(ts.stream, ts.scratchpad, qkv_b + h * head + blk.r0 * row_bytes,
+                 qkv_b + head_bytes_ + h * head, ts.s + h * tile);
   }
-  softmax_fwd_.execute(ts.stream,
-                       {{DNNL_ARG_SRC, Mem(s_md_, env_, ts.s)},
-                        {DNNL_ARG_DST, Mem(p_md_, env_, ts.p)},
-                        {DNNL_ARG_SCRATCHPAD,
-                         Mem(softmax_fwd_scratch_md_, env_, ts.scratchpad)}});
+  // Causal mask on the diagonal tile: query r0 + r never sees keys after it.
+  for (int h = 0; h < H_; ++h) {
+    for (int r = 0; r < blk.rows; ++r) {
+      float* row = ts.s + h * tile + int64_t{r} * blk.n;
+      for (int s = blk.r0 + r + 1; s < blk.n; ++s) row[s] = -1e30f;
+    }
+  }
+  blk.softmax_fwd.execute(ts.stream,
+               {{DNNL_ARG_SRC, Mem(blk.s_md, env_, ts.s)},
+                {DNNL_ARG_DST, Mem(blk.p_md, env_, ts.p)},
+                {DNNL_ARG_SCRATCHPAD,
+                 Mem(blk.softmax_fwd_scratch_md, env_, ts.scratchpad)}});
 }
 
 void CausalAttention::Forward(const void* qkv, int B, void* out) {
   const size_t qkv_seq = static_cast<size_t>(T_) * 3 * C_ * esize_;
   const size_t out_seq = static_cast<size_t>(T_) * C_ * esize_;
+  const size_t row_bytes = static_cast<size_t>(C_ / H_) * esize_;
+  const size_t head = static_cast<size_t>(T_) * row_bytes;
   const int nthreads = std::min(B, omp_get_max_threads());
   EnsureThreads(nthreads);
 #pragma omp parallel for num_threads(nthreads) schedule(dynamic, 1)
   for (int b = 0; b < B; ++b) {
     ThreadScratch& ts = *threads_[omp_get_thread_num()];
     const char* qkv_b = static_cast<const char*>(qkv) + b * qkv_seq;
-    Probabilities(ts, qkv_b);
-    pv_.RunOn(ts.stream, ts.scratchpad, ts.p, qkv_b + 2 * head_bytes_,
-              static_cast<char*>(out) + b * out_seq);
+    char* out_b = static_cast<char*>(out) + b * out_seq;
+    for (const auto& blk : blocks_) {
+      Probabilities(*blk, ts, qkv_b);
+      const size_t p_tile = size_t{1} * blk->rows * blk->n * esize_;
+      for (int h = 0; h < H_; ++h) {
+        blk->pv.RunOn(ts.stream, ts.scratchpad,
+                      static_cast<char*>(ts.p) + h * p_tile,
+                      qkv_b + 2 * head_bytes_ + h * head,
+                      out_b + h * head + blk->r0 * row_bytes);
+      }
+    }
   }
 }
 
 void CausalAttention::EnsureThreads(int nthreads) {
+  const int rows = blocks_.front()->rows;
+  const size_t n = static_cast<size_t>(H_) * rows * T_;
   while (static_cast<int>(threads_.size()) < nthreads) {
     auto ts = std::make_unique<ThreadScratch>(
         env_->engine, per_thread_bytes_ + scratchpad_bytes_);
-    const size_t n = static_cast<size_t>(H_) * T_ * T_;
     char* base = ts->buffer.data();
     base += (64 - reinterpret_cast<uintptr_t>(base) % 64) % 64;
     ts->s = reinterpret_cast<float*>(base);
-    base += (n * 4 + 63) / 64 * 64;
+    base += Aligned(n * 4);
     ts->p = base;
-    base += (n * esize_ + 63) / 64 * 64;
+    base += Aligned(n * esize_);
     ts->dp = base;
-    base += (n * esize_ + 63) / 64 * 64;
+    base += Aligned(n * esize_);
     ts->ds = base;
-    base += (n * esize_ + 63) / 64 * 64;
+    base += Aligned(n * esize_);
+    if (cdt_ != dt::f32) {
+      ts->acc = reinterpret_cast<float*>(base);
+      base += Aligned(size_t{2} * T_ * C_ * 4);
+    }
     ts->scratchpad = base;
     threads_.push_back(std::move(ts));
   }
@@ -505,6 +785,10 @@ void CausalAttention::Backward(const void* qkv, const void* dout, int B,
                                void* dqkv) {
   const size_t qkv_seq = static_cast<size_t>(T_) * 3 * C_ * esize_;
   const size_t out_seq = static_cast<size_t>(T_) * C_ * esize_;
+  const size_t row_bytes = static_cast<size_t>(C_ / H_) * esize_;
+  const int64_t head_elems = int64_t{T_} * C_;
+  const size_t head = static_cast<size_t>(T_) * row_bytes;  // one head
+  const size_t acc_head = static_cast<size_t>(T_) * (C_ / H_) * 4;  // f32
   const int nthreads = std::min(B, omp_get_max_threads());
   EnsureThreads(nthreads);
 #pragma omp parallel for num_threads(nthreads) schedule(dynamic, 1)
@@ -513,19 +797,48 @@ void CausalAttention::Backward(const void* qkv, const void* dout, int B,
     const char* qkv_b = static_cast<const char*>(qkv) + b * qkv_seq;
     const char* dout_b = static_cast<const char*>(dout) + b * out_seq;
     char* dqkv_b = static_cast<char*>(dqkv) + b * qkv_seq;
-    Probabilities(ts, qkv_b);
-    dp_mm_.RunOn(ts.stream, ts.scratchpad, dout_b, qkv_b + 2 * head_bytes_,
-                 ts.dp);
-    dv_mm_.RunOn(ts.stream, ts.scratchpad, ts.p, dout_b,
-                 dqkv_b + 2 * head_bytes_);
-    softmax_bwd_.execute(ts.stream,
-                         {{DNNL_ARG_DST, Mem(p_md_, env_, ts.p)},
-                          {DNNL_ARG_DIFF_DST, Mem(p_md_, env_, ts.dp)},
-                          {DNNL_ARG_DIFF_SRC, Mem(p_md_, env_, ts.ds)},
-                          {DNNL_ARG_SCRATCHPAD,
-                           Mem(softmax_bwd_scratch_md_, env_, ts.scratchpad)}});
-    dq_mm_.RunOn(ts.stream, ts.scratchpad, ts.ds, qkv_b + head_bytes_, dqkv_b);
-    dk_mm_.RunOn(ts.stream, ts.scratchpad, ts.ds, qkv_b, dqkv_b + head_bytes_);
+    // dK, dV accumulate in f32: in place in f32, else in ts.acc.
+    void* dk_acc = cdt_ == dt::f32 ? static_cast<void*>(dqkv_b + head_bytes_)
+                                   : static_cast<void*>(ts.acc);
+    void* dv_acc = cdt_ == dt::f32
+                       ? static_cast<void*>(dqkv_b + 2 * head_bytes_)
+                       : static_cast<void*>(ts.acc + head_elems);
+    for (int i = static_cast<int>(blocks_.size()) - 1; i >= 0; --i) {
+      RowBlock& blk = *blocks_[i];
+      const size_t at = blk.r0 * row_bytes;
+      const size_t p_tile = size_t{1} * blk.rows * blk.n * esize_;
+      char* p = static_cast<char*>(ts.p);
+      char* dp = static_cast<char*>(ts.dp);
+      char* ds = static_cast<char*>(ts.ds);
+      Probabilities(blk, ts, qkv_b);
+      for (int h = 0; h < H_; ++h) {
+        const char* v_h = qkv_b + 2 * head_bytes_ + h * head;
+        blk.dp.RunOn(ts.stream, ts.scratchpad, dout_b + h * head + at, v_h,
+                     dp + h * p_tile);
+        blk.dv.RunOn(ts.stream, ts.scratchpad, p + h * p_tile,
+                     dout_b + h * head + at,
+                     static_cast<char*>(dv_acc) + h * acc_head);
+      }
+      blk.softmax_bwd.execute(ts.stream,
+                   {{DNNL_ARG_DST, Mem(blk.p_md, env_, ts.p)},
+                    {DNNL_ARG_DIFF_DST, Mem(blk.p_md, env_, ts.dp)},
+                    {DNNL_ARG_DIFF_SRC, Mem(blk.p_md, env_, ts.ds)},
+                    {DNNL_ARG_SCRATCHPAD,
+                     Mem(blk.softmax_bwd_scratch_md, env_, ts.scratchpad)}});
+      for (int h = 0; h < H_; ++h) {
+        blk.dq.RunOn(ts.stream, ts.scratchpad, ds + h * p_tile,
+                     qkv_b + head_bytes_ + h * head, dqkv_b + h * head + at);
+        blk.dk.RunOn(ts.stream, ts.scratchpad, ds + h * p_tile,
+                     qkv_b + h * head + at,
+                     static_cast<char*>(dk_acc) + h * acc_head);
+      }
+    }
+    if (cdt_ != dt::f32) {
+      auto* out = reinterpret_cast<uint16_t*>(dqkv_b + head_bytes_);
+      const float* acc = ts.acc;
+#pragma omp simd
+      for (int64_t j = 0; j < 2 * head_elems; ++j) out[j] = FloatToBf16(acc[j]);
+    }
   }
 }
 
@@ -610,11 +923,6 @@ void ColumnSum(const void* x, dt type, int64_t M, int64_t N, float* out) {
       }
     }
   }
-}
-
-void AddInPlace(const float* x, int64_t n, float* y) {
-#pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < n; ++i) y[i] += x[i];
 }
 
 }  // namespace gasloc::kernels

@@ -1,7 +1,8 @@
 // The fast kernels of the transformer: thin wrappers around oneDNN
-// primitives (matmul, layer normalization, softmax, eltwise GELU, reorder)
-// plus the few memory-bound loops oneDNN has no primitive for (embedding,
-// fused cross-entropy, bias-gradient column sums, residual adds). Each
+// primitives (matmul, softmax, eltwise GELU, reorder) plus our own loops
+// where fusing beats a primitive or oneDNN has none (LayerNorm fused with
+// the residual add and the bf16 conversion, GELU with its derivative,
+// embedding, fused cross-entropy, bias-gradient column sums). Each
 // object is built once for one shape and precision and reused every step;
 // worker/model/reference_kernels.h holds the plain-loop reference of each,
 // and tests/worker/model/kernels_test.cc compares them.
@@ -52,12 +53,15 @@ class Matmul {
   struct Desc {
     dnnl::memory::desc a, b, c;
     bool bias = false;     // f32 (1, N) or (1, 1, N)
-    bool add = false;      // binary add of D, f32 with `add_md`
+    bool add = false;      // binary add_alg of D with `add_md`
     dnnl::memory::desc add_md;
+    dnnl::algorithm add_alg = dnnl::algorithm::binary_add;
     float scale = 1.0f;
     // The caller passes scratch memory to RunOn (so that several threads
     // can run the primitive at once, each with its own scratchpad).
     bool user_scratchpad = false;
+    // C += result (a sum post-op) instead of C = result.
+    bool accumulate = false;
   };
   Matmul(DnnlEnv* env, const Desc& desc);
   void Run(const void* a, const void* b, void* c, const float* bias = nullptr,
@@ -92,6 +96,9 @@ class Linear {
     dt y_type = dt::f32;     // forward output
     dt dx_type = dt::f32;    // backward-data output
     bool residual = false;   // forward adds an f32 (M, N) residual: y = xW^T+b+r
+    // BackwardData multiplies dx elementwise by an (M, K) tensor in
+    // dx_type (the GELU derivative): dx = (dy W) * s.
+    bool bwd_data_mul = false;
     bool bias = true;        // forward adds an f32 (N) bias
     // Forward and BackwardData take W in the layouts oneDNN prefers
     // (format_tag::any, blocked), written by PrepareWeights once per step.
@@ -100,15 +107,20 @@ class Linear {
   Linear(DnnlEnv* env, const Options& options);
   // Blocked weights: writes the forward and backward-data copies of W from
   // the f32 (N, K) arena tensor (fwd_weights_bytes() / bwd_weights_bytes()).
-  void PrepareWeights(const float* w, void* fwd, void* bwd);
+  // With `stream`, runs on it (one stream per thread when several threads
+  // prepare different layers at once); else on the env's stream.
+  void PrepareWeights(const float* w, void* fwd, void* bwd,
+                      dnnl::stream* stream = nullptr);
   size_t fwd_weights_bytes() const;
   size_t bwd_weights_bytes() const;
   // x (M, K) cdt; w (N, K) cdt, or the forward copy when blocked; b (N) f32;
   // residual (M, N) f32 or nullptr.
   void Forward(const void* x, const void* w, const float* b,
                const float* residual, void* y);
-  // dx (M, K) = dy W (w: (N, K) cdt, or the backward copy when blocked).
-  void BackwardData(const void* dy, const void* w, void* dx);
+  // dx (M, K) = dy W (w: (N, K) cdt, or the backward copy when blocked),
+  // times `mul` (M, K) elementwise when Options.bwd_data_mul.
+  void BackwardData(const void* dy, const void* w, void* dx,
+                    const void* mul = nullptr);
   // dw (N, K) = dy^T x (f32); db (N) = column sums of dy (f32), skipped
   // when db is nullptr.
   void BackwardWeights(const void* x, const void* dy, float* dw, float* db);
@@ -123,26 +135,32 @@ class Linear {
   dnnl::reorder to_fwd_, to_bwd_;
 };
 
-// Row-wise LayerNorm of (M, C) f32 with gain and bias (eps given); saves
-// mean and variance. Reference: ref::LayerNormForward / Backward.
+// Row-wise LayerNorm of (M, C) f32 with gain and bias (eps given), written
+// in `out_type` (f32, or bf16 straight from the f32 result: no f32 copy);
+// saves mean and variance. The backward adds the residual stream's gradient
+// and can write a copy of dx in `out_type` for the next bf16 matmul, so one
+// pass replaces LayerNorm backward + residual add + conversion. Own loops
+// (rows split statically over the OpenMP threads; dgain / dbias summed per
+// thread, then in thread order: deterministic for a fixed thread count).
+// Reference: ref::LayerNormForward / Backward.
 class LayerNorm {
  public:
-  LayerNorm(DnnlEnv* env, int M, int C, float eps);
-  void Forward(const float* x, const float* gain, const float* bias, float* y,
+  LayerNorm(int M, int C, float eps, dt out_type = dt::f32);
+  // y (M, C) in out_type.
+  void Forward(const float* x, const float* gain, const float* bias, void* y,
                float* mean, float* var);
-  // dx (M, C), dgain (C), dbias (C) overwritten.
+  // dx (M, C) = LayerNorm backward of dy + residual (residual may be
+  // nullptr, or alias dx); dx_copy (optional) = dx in out_type; dgain (C),
+  // dbias (C) overwritten.
   void Backward(const float* x, const float* gain, const float* mean,
-                const float* var, const float* dy, float* dx, float* dgain,
-                float* dbias);
+                const float* var, const float* dy, const float* residual,
+                float* dx, void* dx_copy, float* dgain, float* dbias);
 
  private:
-  DnnlEnv* env_;
   int M_, C_;
-  dnnl::memory::desc data_md_, stat_md_, param_md_;
-  dnnl::layer_normalization_forward::primitive_desc fwd_pd_;
-  dnnl::layer_normalization_forward fwd_;
-  dnnl::layer_normalization_backward::primitive_desc bwd_pd_;
-  dnnl::layer_normalization_backward bwd_;
+  float eps_;
+  dt out_type_;
+  std::vector<float> partial_;  // per thread: dgain (C), dbias (C)
 };
 
 // Exact (erf) GELU on n elements of type `type`. Reference: ref::GeluForward
@@ -161,6 +179,14 @@ class Gelu {
   dnnl::eltwise_backward::primitive_desc bwd_pd_;
   dnnl::eltwise_backward bwd_;
 };
+
+// g = GELU(h) and gd = GELU'(h) (exact erf GELU) on n elements of type
+// `type` in one pass, so the backward is a multiply by gd that the fc2
+// backward-data matmul applies as a post-op (no separate GELU backward).
+// erf from Abramowitz & Stegun 7.1.26 (|error| <= 1.5e-7) with a
+// polynomial exp, both vectorized; computed in f32. Reference:
+// ref::GeluForward / GeluBackward (dy = 1).
+void GeluWithDerivative(const void* h, dt type, int64_t n, void* g, void* gd);
 
 // Element type conversion of n elements (a oneDNN reorder).
 class Convert {
@@ -203,28 +229,38 @@ struct HeadLayout {
 // Causal multi-head self-attention over sequences of length T with C = H hd
 // channels, on head-major tensors: qkv (B, 3, H, T, hd) -> out (B, H, T, hd),
 // in `cdt`, so every head's q, k, v, o is a dense (T, hd) block (oneDNN's
-// brgemm kernels need dense operands). Each thread takes whole sequences,
-// all H heads of one together: S = QK^T/sqrt(hd) + causal mask (f32),
-// P = softmax(S) (cdt), O = PV, each oneDNN call single-threaded inside one
-// parallel loop over sequences. The backward recomputes S and P, so the
-// only T x T buffers are one sequence's per-head scratch per thread.
-// Reference: ref::AttentionForward / AttentionBackward (row-major; the tests
-// compose them with HeadLayout).
+// brgemm kernels need dense rows). Each thread takes whole sequences, all H
+// heads of one together, and walks the query rows in blocks of
+// `block_rows`: block i (rows [r0, r1)) only meets keys [0, r1), so the
+// score tiles above the diagonal are never computed (about half of the
+// T x T work for T >> block_rows). Per block: S = QK^T/sqrt(hd) + causal
+// mask on the diagonal tile (f32), P = softmax(S) (cdt), O = PV. The
+// backward recomputes S and P per block and accumulates dK, dV over the
+// blocks in f32. Scratch: one (block_rows x T) score block per head per
+// thread. Each oneDNN call is single-threaded inside one parallel loop over
+// sequences. Reference: ref::AttentionForward / AttentionBackward
+// (row-major; the tests compose them with HeadLayout).
 class CausalAttention {
  public:
-  CausalAttention(DnnlEnv* env, int T, int C, int H, dt cdt);
+  CausalAttention(DnnlEnv* env, int T, int C, int H, dt cdt,
+                  int block_rows = 128);
   ~CausalAttention();
   void Forward(const void* qkv, int B, void* out);
   // dqkv (B, 3, H, T, hd) overwritten.
   void Backward(const void* qkv, const void* dout, int B, void* dqkv);
-  // Bytes of T x T scratch one thread uses (scores f32 + P, dP, dS).
+  // Bytes of scratch one thread uses (scores f32 + P, dP, dS of one row
+  // block; f32 dK, dV accumulators of one sequence in bf16).
   size_t scratch_bytes() const { return per_thread_bytes_; }
+  int blocks() const { return static_cast<int>(blocks_.size()); }
   std::string impl() const;
 
  private:
   struct ThreadScratch;
+  struct RowBlock;
   void EnsureThreads(int nthreads);
-  void Probabilities(ThreadScratch& ts, const char* qkv_b);
+  // S, then P of row block `blk` of one sequence into ts.s / ts.p.
+  void Probabilities(RowBlock& blk, ThreadScratch& ts,
+                     const char* qkv_b);
   DnnlEnv* env_;
   int T_, C_, H_;
   dt cdt_;
@@ -232,12 +268,8 @@ class CausalAttention {
   size_t head_bytes_;  // one of q, k, v of one sequence: H T hd elements
   size_t per_thread_bytes_ = 0;
   size_t scratchpad_bytes_ = 0;
+  std::vector<std::unique_ptr<RowBlock>> blocks_;
   std::vector<std::unique_ptr<ThreadScratch>> threads_;
-  Matmul qk_, pv_, dp_mm_, dv_mm_, dq_mm_, dk_mm_;
-  dnnl::softmax_v2_forward softmax_fwd_;
-  dnnl::softmax_v2_backward softmax_bwd_;
-  dnnl::memory::desc s_md_, p_md_;
-  dnnl::memory::desc softmax_fwd_scratch_md_, softmax_bwd_scratch_md_;
 };
 
 // Fused softmax + cross-entropy over rows of logits (M, V) f32: returns the
@@ -258,8 +290,6 @@ void EmbeddingBackward(const uint8_t* tokens, int token_stride,
 
 // out (N) = column sums of x (M, N) of type `type` (f32 or bf16), f32.
 void ColumnSum(const void* x, dt type, int64_t M, int64_t N, float* out);
-// y[i] += x[i] for n floats.
-void AddInPlace(const float* x, int64_t n, float* y);
 
 }  // namespace gasloc::kernels
 

@@ -2,6 +2,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -76,7 +77,7 @@ class TransformerModel::OpTimer {
 const char* TransformerModel::OpName(int op) {
   static const char* const kNames[kOpCount] = {
       "embed", "layernorm", "qkv", "attention", "proj", "fc", "gelu",
-      "fc2", "head", "cross_entropy", "convert", "residual"};
+      "fc2", "head", "cross_entropy", "convert"};
   return op >= 0 && op < kOpCount ? kNames[op] : "?";
 }
 
@@ -163,7 +164,6 @@ absl::Status TransformerModel::AllocateWorkspace() {
   add(reinterpret_cast<void**>(&logits_), 4 * M * kVocabSize);
   if (bf16) {
     add(&dlogits_c_, cs * M * kVocabSize);
-    add(reinterpret_cast<void**>(&ln_tmp_), 4 * M * d);
     add(&dres_c_, cs * M * d);
   }
   add(reinterpret_cast<void**>(&dres_[0]), 4 * M * d);
@@ -206,7 +206,7 @@ absl::StatusOr<TransformerModel::Plan*> TransformerModel::GetPlan(int batch,
   try {
     using kernels::Linear;
     auto linear = [&](int K, int N, dt y_type, dt dx_type, bool residual,
-                      bool bias) {
+                      bool bias, bool bwd_data_mul = false) {
       Linear::Options o;
       o.M = M;
       o.K = K;
@@ -216,15 +216,17 @@ absl::StatusOr<TransformerModel::Plan*> TransformerModel::GetPlan(int batch,
       o.dx_type = dx_type;
       o.residual = residual;
       o.bias = bias;
+      o.bwd_data_mul = bwd_data_mul;
       o.blocked_weights = true;
       return std::make_unique<Linear>(&env_, o);
     };
     plan->qkv = linear(d, 3 * d, cdt_, dt::f32, false, true);
     plan->proj = linear(d, d, dt::f32, cdt_, true, true);
     plan->fc = linear(d, 4 * d, cdt_, dt::f32, false, true);
-    plan->fc2 = linear(4 * d, d, dt::f32, cdt_, true, true);
+    // bf16: fc2's backward-data applies the GELU derivative (fused_gelu()).
+    plan->fc2 = linear(4 * d, d, dt::f32, cdt_, true, true, fused_gelu());
     plan->head = linear(d, kVocabSize, dt::f32, dt::f32, false, false);
-    plan->ln = std::make_unique<kernels::LayerNorm>(&env_, M, d, kLayerNormEps);
+    plan->ln = std::make_unique<kernels::LayerNorm>(M, d, kLayerNormEps, cdt_);
     plan->gelu =
         std::make_unique<kernels::Gelu>(&env_, int64_t{M} * 4 * d, cdt_);
     plan->attn = std::make_unique<kernels::CausalAttention>(
@@ -323,22 +325,40 @@ absl::Status TransformerModel::Prepare(const FloatArena& params, int batch,
   SetThreads();
   ASSIGN_OR_RETURN(plan_, GetPlan(batch, length));
   params_ = &params;
-  try {
+  // All matrices in one parallel loop (each reorder single-threaded on its
+  // thread's stream): one fork/join per step instead of two per matrix.
+  const int jobs = 4 * (end_block_ - first_block_) + 1;
+  const int nthreads = std::min(jobs, omp_get_max_threads());
+  while (static_cast<int>(thread_streams_.size()) < nthreads) {
+    thread_streams_.emplace_back(env_.engine);
+  }
+  std::string error;
+  {
     OpTimer timer(this, kOpConvert);
-    for (int l = first_block_; l < end_block_; ++l) {
-      const BlockTensorIndex& w = index_.blocks[l];
-      const int entries[4] = {w.qkv_w, w.proj_w, w.fc_w, w.fc2_w};
-      for (int kind = kQkv; kind <= kFc2; ++kind) {
+#pragma omp parallel for num_threads(nthreads) schedule(dynamic, 1)
+    for (int job = 0; job < jobs; ++job) {
+      try {
+        dnnl::stream* stream = &thread_streams_[omp_get_thread_num()];
+        if (job == jobs - 1) {
+          plan_->head->PrepareWeights(P(index_.head_w), plan_->head_w.fwd,
+                                      plan_->head_w.bwd, stream);
+          continue;
+        }
+        const int l = first_block_ + job / 4, kind = job % 4;
+        const BlockTensorIndex& w = index_.blocks[l];
+        const int entries[4] = {w.qkv_w, w.proj_w, w.fc_w, w.fc2_w};
         plan_->linear(kind)->PrepareWeights(P(entries[kind]),
                                             plan_->layer_w[l][kind].fwd,
-                                            plan_->layer_w[l][kind].bwd);
+                                            plan_->layer_w[l][kind].bwd,
+                                            stream);
+      } catch (const dnnl::error& e) {
+#pragma omp critical(gasloc_prepare_error)
+        error = e.what();
       }
     }
-    plan_->head->PrepareWeights(P(index_.head_w), plan_->head_w.fwd,
-                                plan_->head_w.bwd);
-  } catch (const dnnl::error& e) {
-    return absl::InternalError(
-        absl::StrCat("oneDNN weight reorder: ", e.what()));
+  }
+  if (!error.empty()) {
+    return absl::InternalError(absl::StrCat("oneDNN weight reorder: ", error));
   }
   return absl::OkStatus();
 }
@@ -356,17 +376,8 @@ float* TransformerModel::dx(int i) { return dres_[i]; }
 
 void TransformerModel::LayerNormToCompute(const float* x, int w, int b,
                                           float* mean, float* var, void* out) {
-  if (cdt_ == dt::bf16) {
-    {
-      OpTimer timer(this, kOpLayerNorm);
-      plan_->ln->Forward(x, P(w), P(b), ln_tmp_, mean, var);
-    }
-    OpTimer timer(this, kOpConvert);
-    plan_->to_c_d->Run(ln_tmp_, out);
-  } else {
-    OpTimer timer(this, kOpLayerNorm);
-    plan_->ln->Forward(x, P(w), P(b), static_cast<float*>(out), mean, var);
-  }
+  OpTimer timer(this, kOpLayerNorm);
+  plan_->ln->Forward(x, P(w), P(b), out, mean, var);
 }
 
 // ---------------------------------------------------------------- forward
@@ -405,11 +416,22 @@ void TransformerModel::BlockForward(int layer, const float* x_in,
   }
   LayerNormToCompute(a.x_mid, w.ln2_w, w.ln2_b, a.mean2, a.var2, a.ln2);
   // (B, T, d) -> (B, T, 4d) -> GELU
-  {
-    OpTimer timer(this, kOpFc);
-    p.fc->Forward(a.ln2, p.layer_w[layer][kFc].fwd, P(w.fc_b), nullptr, a.h);
-  }
-  {
+  if (fused_gelu()) {
+    // h in scratch; keep GELU(h) and GELU'(h) (in a.h) for the backward.
+    {
+      OpTimer timer(this, kOpFc);
+      p.fc->Forward(a.ln2, p.layer_w[layer][kFc].fwd, P(w.fc_b), nullptr,
+                    d4a_);
+    }
+    OpTimer timer(this, kOpGelu);
+    kernels::GeluWithDerivative(d4a_, cdt_, int64_t{p.B} * p.T * 4 *
+                                config_.d_model, a.g, a.h);
+  } else {
+    {
+      OpTimer timer(this, kOpFc);
+      p.fc->Forward(a.ln2, p.layer_w[layer][kFc].fwd, P(w.fc_b), nullptr,
+                    a.h);
+    }
     OpTimer timer(this, kOpGelu);
     p.gelu->Forward(a.h, a.g);
   }
@@ -455,21 +477,31 @@ void TransformerModel::DecoderBackward(const float* x, float* dx,
     p.head->BackwardWeights(lnf_, dlogits, out.head_w, nullptr);
     p.head->BackwardData(dlogits, p.head_w.bwd, dln_);
   }
+  // In bf16 also leaves dx in the compute type in dres_c_ for the last
+  // block's first matmuls (ForwardBackward passes that on).
   OpTimer timer(this, kOpLayerNorm);
-  p.ln->Backward(x, P(index_.lnf_w), meanf_, varf_, dln_, dx, out.lnf_w,
-                 out.lnf_b);
+  p.ln->Backward(x, P(index_.lnf_w), meanf_, varf_, dln_, nullptr, dx,
+                 cdt_ == dt::bf16 ? dres_c_ : nullptr, out.lnf_w, out.lnf_b);
 }
 
 void TransformerModel::BlockBackward(int layer, const float* dx_out,
                                      float* dx_in, float* grads) {
+  BlockBackwardImpl(layer, dx_out, /*dx_out_in_dres_c=*/false, dx_in, grads);
+}
+
+void TransformerModel::BlockBackwardImpl(int layer, const float* dx_out,
+                                         bool dx_out_in_dres_c, float* dx_in,
+                                         float* grads) {
   const BlockTensorIndex& w = index_.blocks[layer];
   LayerActs& a = acts_[layer];
   Plan& p = *plan_;
-  const int64_t md = int64_t{p.B} * p.T * config_.d_model;
   const float* x_in = x_[layer];
+  void* const dx_copy = cdt_ == dt::bf16 ? dres_c_ : nullptr;
   // MLP: dx_out -> d g -> d h -> d ln2 -> d x_mid (+ residual).
   const void* dy = dx_out;
-  if (cdt_ == dt::bf16) {
+  if (cdt_ == dt::bf16 && dx_out_in_dres_c) {
+    dy = dres_c_;
+  } else if (cdt_ == dt::bf16) {
     OpTimer timer(this, kOpConvert);
     p.to_c_d->Run(dx_out, dres_c_);
     dy = dres_c_;
@@ -477,9 +509,12 @@ void TransformerModel::BlockBackward(int layer, const float* dx_out,
   {
     OpTimer timer(this, kOpFc2);
     p.fc2->BackwardWeights(a.g, dy, G(grads, w.fc2_w), G(grads, w.fc2_b));
-    p.fc2->BackwardData(dy, p.layer_w[layer][kFc2].bwd, d4a_);
+    // Fused: d h = (dy W_fc2) * GELU'(h) straight from the matmul.
+    p.fc2->BackwardData(dy, p.layer_w[layer][kFc2].bwd,
+                        fused_gelu() ? d4b_ : d4a_,
+                        fused_gelu() ? a.h : nullptr);
   }
-  {
+  if (!fused_gelu()) {
     OpTimer timer(this, kOpGelu);
     p.gelu->Backward(a.h, d4a_, d4b_);
   }
@@ -489,21 +524,13 @@ void TransformerModel::BlockBackward(int layer, const float* dx_out,
     p.fc->BackwardData(d4b_, p.layer_w[layer][kFc].bwd, dln_);
   }
   {
+    // d x_mid = LN2 backward + dx_out (residual), and its compute-type copy.
     OpTimer timer(this, kOpLayerNorm);
-    p.ln->Backward(a.x_mid, P(w.ln2_w), a.mean2, a.var2, dln_, dmid_,
-                   G(grads, w.ln2_w), G(grads, w.ln2_b));
-  }
-  {
-    OpTimer timer(this, kOpResidual);
-    kernels::AddInPlace(dx_out, md, dmid_);
+    p.ln->Backward(a.x_mid, P(w.ln2_w), a.mean2, a.var2, dln_, dx_out, dmid_,
+                   dx_copy, G(grads, w.ln2_w), G(grads, w.ln2_b));
   }
   // Attention: d x_mid -> d att -> d qkv -> d ln1 -> d x_in (+ residual).
-  dy = dmid_;
-  if (cdt_ == dt::bf16) {
-    OpTimer timer(this, kOpConvert);
-    p.to_c_d->Run(dmid_, dres_c_);
-    dy = dres_c_;
-  }
+  dy = cdt_ == dt::bf16 ? dres_c_ : dmid_;
   {
     OpTimer timer(this, kOpProj);
     p.proj->BackwardWeights(a.att, dy, G(grads, w.proj_w), G(grads, w.proj_b));
@@ -520,13 +547,11 @@ void TransformerModel::BlockBackward(int layer, const float* dx_out,
     p.qkv->BackwardWeights(a.ln1, dqkv_, G(grads, w.qkv_w), G(grads, w.qkv_b));
     p.qkv->BackwardData(dqkv_, p.layer_w[layer][kQkv].bwd, dln_);
   }
-  {
-    OpTimer timer(this, kOpLayerNorm);
-    p.ln->Backward(x_in, P(w.ln1_w), a.mean1, a.var1, dln_, dx_in,
-                   G(grads, w.ln1_w), G(grads, w.ln1_b));
-  }
-  OpTimer timer(this, kOpResidual);
-  kernels::AddInPlace(dmid_, md, dx_in);
+  // d x_in = LN1 backward + d x_mid; in bf16 its copy stays in dres_c_ for
+  // the block below (ForwardBackward).
+  OpTimer timer(this, kOpLayerNorm);
+  p.ln->Backward(x_in, P(w.ln1_w), a.mean1, a.var1, dln_, dmid_, dx_in,
+                 dx_copy, G(grads, w.ln1_w), G(grads, w.ln1_b));
 }
 
 void TransformerModel::EmbedBackward(const uint8_t* tokens, int token_stride,
@@ -557,7 +582,10 @@ absl::StatusOr<float> TransformerModel::ForwardBackward(
     const double loss = DecoderForward(x_[L], tokens + 1, stride, true);
     float* g = grads->data();
     DecoderBackward(x_[L], dres_[0], g);
-    for (int l = L - 1; l >= 0; --l) BlockBackward(l, dres_[0], dres_[0], g);
+    // Each backward leaves the compute-type copy of its dx in dres_c_.
+    for (int l = L - 1; l >= 0; --l) {
+      BlockBackwardImpl(l, dres_[0], /*dx_out_in_dres_c=*/true, dres_[0], g);
+    }
     EmbedBackward(tokens, stride, dres_[0], g);
     return static_cast<float>(loss);
   } catch (const dnnl::error& e) {

@@ -88,7 +88,7 @@ class TransformerModel final : public Model {
   // spent in each kind of operation since the last ResetProfile().
   enum Op {
     kOpEmbed, kOpLayerNorm, kOpQkv, kOpAttention, kOpProj, kOpFc, kOpGelu,
-    kOpFc2, kOpHead, kOpCrossEntropy, kOpConvert, kOpResidual, kOpCount
+    kOpFc2, kOpHead, kOpCrossEntropy, kOpConvert, kOpCount
   };
   static const char* OpName(int op);
   void EnableProfile(bool on) { profile_on_ = on; }
@@ -112,11 +112,16 @@ class TransformerModel final : public Model {
  private:
   struct Plan;
   class OpTimer;
+  // h is the fc output, or GELU'(fc output) when fused_gelu().
   struct LayerActs {
     float* mean1; float* var1; float* mean2; float* var2;
     void* ln1; void* qkvh; void* att; float* x_mid; void* ln2; void* h;
     void* g;
   };
+  // bf16 computes GELU and its derivative in one pass (the derivative is
+  // applied by fc2's backward-data matmul); fp32 keeps oneDNN's exact GELU
+  // forward and backward.
+  bool fused_gelu() const { return cdt_ == kernels::dt::bf16; }
   TransformerModel(const ModelConfig& config,
                    std::shared_ptr<const ArenaLayout> layout,
                    const ModelOptions& options);
@@ -127,7 +132,11 @@ class TransformerModel final : public Model {
   void SetThreads() const;
   const float* P(int entry) const;         // f32 parameter
   float* G(float* grads, int entry) const; // gradient slot
-  // LayerNorm to the compute type (via f32 scratch in bf16).
+  // dx_out_in_dres_c: dres_c_ already holds dx_out in the compute type
+  // (written by the LayerNorm backward that produced dx_out).
+  void BlockBackwardImpl(int layer, const float* dx_out, bool dx_out_in_dres_c,
+                         float* dx_in, float* grads);
+  // LayerNorm straight to the compute type.
   void LayerNormToCompute(const float* x, int w, int b, float* mean,
                           float* var, void* out);
 
@@ -138,6 +147,7 @@ class TransformerModel final : public Model {
   kernels::dt cdt_;
   size_t csize_;
   kernels::DnnlEnv env_;
+  std::vector<dnnl::stream> thread_streams_;  // Prepare's parallel reorders
   std::map<std::pair<int, int>, std::unique_ptr<Plan>> plans_;
   Plan* plan_ = nullptr;
   const FloatArena* params_ = nullptr;
@@ -152,7 +162,6 @@ class TransformerModel final : public Model {
   void* lnf_ = nullptr;
   float* logits_ = nullptr;      // (M, 256) f32, then d loss / d logits
   void* dlogits_c_ = nullptr;    // bf16 copy of d logits
-  float* ln_tmp_ = nullptr;      // f32 LayerNorm output before conversion
   float* dres_[2] = {nullptr, nullptr};
   float* dmid_ = nullptr;
   float* dln_ = nullptr;

@@ -131,6 +131,46 @@ TEST_P(KernelTest, LinearComputeTypeOutputsAndNoBias) {
   EXPECT_LT(RelErr(dx.Get(), rdx), Tol(cdt));
 }
 
+TEST_P(KernelTest, GeluWithDerivativeMatchesReference) {
+  // Includes large |x| (exp underflow) and x = 0.
+  const dt type = GetParam();
+  const int n = 1003;
+  Buf x(n, type), g(n, type), gd(n, type);
+  std::vector<float> v = Random(n, 21, 3.0f);
+  v[0] = 0.0f; v[1] = 30.0f; v[2] = -30.0f; v[3] = -9.0f;
+  x.Set(v);
+  GeluWithDerivative(x.data(), type, n, g.data(), gd.data());
+  std::vector<float> rg(n), rgd(n), ones(n, 1.0f);
+  ref::GeluForward(x.f.data(), n, rg.data());
+  ref::GeluBackward(x.f.data(), ones.data(), n, rgd.data());
+  // fp32: the erf and exp approximations (~2e-7 absolute) only.
+  EXPECT_LT(RelErr(g.Get(), rg), type == dt::bf16 ? 4e-3 : 1e-6);
+  EXPECT_LT(RelErr(gd.Get(), rgd), type == dt::bf16 ? 4e-3 : 1e-6);
+}
+
+TEST_P(KernelTest, LinearBackwardDataMultipliesByTensor) {
+  const dt cdt = GetParam();
+  const int M = 19, K = 32, N = 24;
+  Linear::Options o;
+  o.M = M; o.K = K; o.N = N; o.cdt = cdt; o.y_type = cdt; o.dx_type = cdt;
+  o.bwd_data_mul = true;
+  o.blocked_weights = true;
+  Linear linear(&env_, o);
+  Buf w(N * K, cdt), dy(M * N, cdt), s(M * K, cdt), dx(M * K, cdt);
+  w.Set(Random(N * K, 22, 0.2f));
+  dy.Set(Random(M * N, 23));
+  s.Set(Random(M * K, 24));
+  std::vector<char> fwd_copy(linear.fwd_weights_bytes()),
+      bwd_copy(linear.bwd_weights_bytes());
+  linear.PrepareWeights(w.f.data(), fwd_copy.data(), bwd_copy.data());
+  linear.BackwardData(dy.data(), bwd_copy.data(), dx.data(), s.data());
+  std::vector<float> rdx(M * K);
+  ref::LinearBackward<float>(nullptr, w.f.data(), dy.f.data(), M, K, N,
+                             rdx.data(), nullptr, nullptr);
+  for (int i = 0; i < M * K; ++i) rdx[i] *= s.f[i];
+  EXPECT_LT(RelErr(dx.Get(), rdx), Tol(cdt));
+}
+
 TEST_P(KernelTest, GeluMatchesReference) {
   const dt type = GetParam();
   const int n = 1000;
@@ -150,7 +190,12 @@ TEST_P(KernelTest, GeluMatchesReference) {
 TEST_P(KernelTest, CausalAttentionMatchesReference) {
   const dt cdt = GetParam();
   const int B = 3, T = 17, C = 24, H = 3;
-  CausalAttention attn(&env_, T, C, H, cdt);
+  // One row block (T <= 128), and 4 row blocks of 5, 5, 5, 2 query rows
+  // (upper tiles skipped, dK and dV accumulated over the blocks).
+  for (int block_rows : {128, 5}) {
+  SCOPED_TRACE(block_rows);
+  CausalAttention attn(&env_, T, C, H, cdt, block_rows);
+  EXPECT_EQ(attn.blocks(), (T + std::min(T, block_rows) - 1) / std::min(T, block_rows));
   HeadLayout heads(&env_, B, T, C, H, cdt);
   Buf qkv(B * T * 3 * C, cdt), dout(B * T * C, cdt), out(B * T * C, cdt),
       dqkv(B * T * 3 * C, cdt);
@@ -171,10 +216,13 @@ TEST_P(KernelTest, CausalAttentionMatchesReference) {
   EXPECT_LT(RelErr(out.Get(), rout), Tol(cdt));
   // bf16: dqkv goes through bf16 P, dP and dS, three roundings.
   EXPECT_LT(RelErr(dqkv.Get(), rdqkv), cdt == dt::bf16 ? 3e-2 : 1e-5);
-  // Scratch: one T x T block per head of one sequence (scores f32 + three
-  // compute-type copies), independent of B.
+  // Scratch: one row block of scores per head of one sequence (f32 + three
+  // compute-type copies) and, in bf16, f32 dK and dV; independent of B.
+  const int rows = std::min(T, block_rows);
   EXPECT_LE(attn.scratch_bytes(),
-            size_t{H} * T * T * (4 + 3 * DtSize(cdt)) + 5 * 64);
+            size_t{H} * rows * T * (4 + 3 * DtSize(cdt)) +
+                (cdt == dt::bf16 ? size_t{2} * T * C * 4 : 0) + 5 * 64);
+  }
 }
 
 TEST_P(KernelTest, HeadLayoutPermutesAsDocumented) {
@@ -247,28 +295,46 @@ INSTANTIATE_TEST_SUITE_P(Precisions, KernelTest,
                            return info.param == dt::bf16 ? "bf16" : "fp32";
                          });
 
-TEST(KernelF32Test, LayerNormMatchesReference) {
-  DnnlEnv env;
+TEST_P(KernelTest, LayerNormMatchesReference) {
+  // Output in the compute type; backward with and without the residual add
+  // and the compute-type copy of dx.
+  const dt type = GetParam();
   const int M = 21, C = 40;
-  LayerNorm ln(&env, M, C, 1e-5f);
+  LayerNorm ln(M, C, 1e-5f, type);
   const std::vector<float> x = Random(M * C, 15, 3.0f), g = Random(C, 16),
-                           b = Random(C, 17), dy = Random(M * C, 18);
-  std::vector<float> y(M * C), mean(M), var(M), dx(M * C), dg(C), db(C);
+                           b = Random(C, 17), dy = Random(M * C, 18),
+                           res = Random(M * C, 19);
+  Buf y(M * C, type), dx_copy(M * C, type);
+  std::vector<float> mean(M), var(M), dx(M * C), dg(C), db(C);
+  std::vector<float> dx_res(M * C), dg2(C), db2(C);
   ln.Forward(x.data(), g.data(), b.data(), y.data(), mean.data(), var.data());
+  ln.Backward(x.data(), g.data(), mean.data(), var.data(), dy.data(), nullptr,
+              dx.data(), nullptr, dg.data(), db.data());
   ln.Backward(x.data(), g.data(), mean.data(), var.data(), dy.data(),
-              dx.data(), dg.data(), db.data());
+              res.data(), dx_res.data(), dx_copy.data(), dg2.data(),
+              db2.data());
   std::vector<float> ry(M * C), rmean(M), rvar(M), rdx(M * C), rdg(C), rdb(C);
   ref::LayerNormForward(x.data(), g.data(), b.data(), M, C, 1e-5f, ry.data(),
                         rmean.data(), rvar.data());
   ref::LayerNormBackward(x.data(), g.data(), rmean.data(), rvar.data(),
                          dy.data(), M, C, 1e-5f, rdx.data(), rdg.data(),
                          rdb.data());
-  EXPECT_LT(RelErr(y, ry), 1e-5);
+  // bf16 output: only the final rounding of y differs (2^-8 relative).
+  EXPECT_LT(RelErr(y.type == dt::bf16 ? y.Get() : y.f, ry),
+            type == dt::bf16 ? 4e-3 : 1e-5);
   EXPECT_LT(RelErr(mean, rmean), 1e-5);
   EXPECT_LT(RelErr(var, rvar), 1e-5);
   EXPECT_LT(RelErr(dx, rdx), 1e-5);
   EXPECT_LT(RelErr(dg, rdg), 1e-5);
   EXPECT_LT(RelErr(db, rdb), 1e-5);
+  std::vector<float> rdx_res(M * C);
+  for (int i = 0; i < M * C; ++i) rdx_res[i] = rdx[i] + res[i];
+  EXPECT_LT(RelErr(dx_res, rdx_res), 1e-5);
+  EXPECT_LT(RelErr(dx_copy.type == dt::bf16 ? dx_copy.Get() : dx_copy.f,
+                   rdx_res),
+            type == dt::bf16 ? 4e-3 : 1e-5);
+  EXPECT_EQ(dg2, dg);
+  EXPECT_EQ(db2, db);
 }
 
 TEST(KernelF32Test, FusedCrossEntropyMatchesReference) {

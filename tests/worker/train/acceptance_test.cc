@@ -1,10 +1,13 @@
-// Issue 3's training acceptance test: a seeded run on tinyshakespeare.txt
-// reaches a pinned validation bits per byte, and resuming from the
-// checkpoint written halfway reproduces the uninterrupted run's losses
-// exactly.
+// Issue 3's training acceptance test: a seeded 300-step run of preset S
+// (4 layers, d 256, 4 heads, ctx 256, batch 16; fp32, 2 compute threads) on
+// tinyshakespeare.txt reaches a pinned validation bits per byte, and a
+// fresh trainer resumed from the checkpoint written at step 150 reproduces
+// the uninterrupted run's losses for steps 151-300 bit for bit.
 //
-// Config: see kConfig below and docs/training.md ("Acceptance run") for why
-// it is smaller than preset S on this machine.
+// Cost: 450 preset-S steps (300 + the 150 resumed), 2-4 minutes on 2 quiet
+// cores, so it is its own binary in the `integration` label (run serially).
+// docs/training.md ("Acceptance run") records the pinned value and how the
+// tolerance was chosen.
 #include <unistd.h>
 
 #include <chrono>
@@ -21,16 +24,22 @@ namespace {
 
 struct AcceptanceConfig {
   int layers, d_model, heads, context, batch;
+  int threads;
   int steps, resume_at, warmup;
   double pinned_bpb, tolerance;
 };
-// Pinned from `ctest -R Acceptance` output ("val_bpb ..." line) with 1
-// compute thread; the tolerance covers oneDNN picking other kernels (ISA)
-// on another CPU, which changes rounding, not the run's course.
+// Preset S, seed 1234, fp32, 2 threads. pinned_bpb: two runs of this test
+// (same binary) both printed "val_bpb 3.3637" (bit-identical runs). The
+// tolerance is for kernel rounding, not for run-to-run noise (there is
+// none at a fixed thread count): another CPU's oneDNN kernels (AVX2, AMX),
+// another thread count or a reworked kernel change the summation order and
+// so the trajectory; docs/training.md gives the measured spread. A real
+// defect moves far more: the untrained model is at 8.1 bits per byte, and a
+// broken schedule, gradient or resume misses by tenths.
 constexpr AcceptanceConfig kConfig = {
-    .layers = 2, .d_model = 64, .heads = 2, .context = 64, .batch = 8,
-    .steps = 300, .resume_at = 150, .warmup = 30,
-    .pinned_bpb = 3.6277, .tolerance = 0.03};
+    .layers = 4, .d_model = 256, .heads = 4, .context = 256, .batch = 16,
+    .threads = 2, .steps = 300, .resume_at = 150, .warmup = 30,
+    .pinned_bpb = 3.3637, .tolerance = 0.03};
 
 v1::JobSpec AcceptanceSpec() {
   v1::JobSpec spec;
@@ -40,7 +49,8 @@ v1::JobSpec AcceptanceSpec() {
   spec.mutable_model()->set_heads(kConfig.heads);
   spec.mutable_model()->set_context(kConfig.context);
   spec.mutable_training()->set_batch(kConfig.batch);
-  spec.mutable_training()->set_threads(1);
+  spec.mutable_training()->set_threads(kConfig.threads);
+  spec.mutable_training()->set_precision(v1::PRECISION_FP32);
   spec.mutable_training()->set_seed(1234);
   spec.mutable_training()->mutable_adamw()->set_warmup_steps(kConfig.warmup);
   spec.mutable_training()->mutable_adamw()->set_decay_steps(kConfig.steps);
