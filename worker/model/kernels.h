@@ -229,16 +229,18 @@ struct HeadLayout {
 // Causal multi-head self-attention over sequences of length T with C = H hd
 // channels, on head-major tensors: qkv (B, 3, H, T, hd) -> out (B, H, T, hd),
 // in `cdt`, so every head's q, k, v, o is a dense (T, hd) block (oneDNN's
-// brgemm kernels need dense rows). Each thread takes whole sequences, all H
-// heads of one together, and walks the query rows in blocks of
-// `block_rows`: block i (rows [r0, r1)) only meets keys [0, r1), so the
-// score tiles above the diagonal are never computed (about half of the
-// T x T work for T >> block_rows). Per block: S = QK^T/sqrt(hd) + causal
-// mask on the diagonal tile (f32), P = softmax(S) (cdt), O = PV. The
+// brgemm kernels take only dense operands). Each thread takes whole
+// sequences and walks the query rows in blocks of `block_rows`: block i
+// (rows [r0, r1)) only meets keys [0, r1), so the score tiles above the
+// diagonal are never computed (1/4 of the T x T work for T = 2 blocks,
+// about half for T >> block_rows). The matmuls of a block run one head at
+// a time (a key prefix of one head is dense, of all heads it is not); the
+// softmax covers all heads of the block. Per block: S = QK^T/sqrt(hd) +
+// causal mask on the diagonal tile (f32), P = softmax(S) (cdt), O = PV. The
 // backward recomputes S and P per block and accumulates dK, dV over the
-// blocks in f32. Scratch: one (block_rows x T) score block per head per
-// thread. Each oneDNN call is single-threaded inside one parallel loop over
-// sequences. Reference: ref::AttentionForward / AttentionBackward
+// blocks in f32 (a sum post-op). Scratch: one (H, block_rows, T) score
+// block per thread. Each oneDNN call is single-threaded inside one parallel
+// loop over sequences. Reference: ref::AttentionForward / AttentionBackward
 // (row-major; the tests compose them with HeadLayout).
 class CausalAttention {
  public:
