@@ -20,6 +20,15 @@ constexpr char kJobId[] = "outer.job_id";
 
 double Seconds(absl::Duration d) { return absl::ToDoubleSeconds(d); }
 
+// Copies a ring all-reduce's traffic and timing into the round report.
+void RecordRingTraffic(const RingAllReduceResult& result,
+                       v1::ReportRoundRequest* report) {
+  report->set_bytes_sent(result.bytes_sent);
+  report->set_bytes_received(result.bytes_received);
+  report->set_exchange_seconds(result.seconds);
+  report->set_wait_seconds(result.wait_seconds);
+}
+
 // The round's ring in order; *rank = this worker's position, -1 if absent.
 std::vector<RingMember> RingOf(const v1::Assignment& assignment,
                                uint64_t self_id, int* rank) {
@@ -286,10 +295,7 @@ void RoundRunner::AllReduceExchange(const v1::Assignment& assignment,
   RingAllReduceResult result = RingAllReduceMean(
       *transport_, key, ring, rank, y_.flat(), scratch_.flat(),
       MakeExchangeOptions());
-  report->set_bytes_sent(result.bytes_sent);
-  report->set_bytes_received(result.bytes_received);
-  report->set_exchange_seconds(result.seconds);
-  report->set_wait_seconds(result.wait_seconds);
+  RecordRingTraffic(result, report);
   if (!result.status.ok()) {
     // Fall back to this worker's own pseudo-gradient for the round.
     PseudoGradient(theta_start_.flat(), params.flat(), y_.flat());
@@ -339,10 +345,7 @@ absl::Status RoundRunner::DataParallelStep(const v1::Assignment& assignment,
     RingAllReduceResult result = RingAllReduceMean(
         *transport_, key, ring, rank, grads.flat(), scratch_.flat(),
         MakeExchangeOptions());
-    report->set_bytes_sent(result.bytes_sent);
-    report->set_bytes_received(result.bytes_received);
-    report->set_exchange_seconds(result.seconds);
-    report->set_wait_seconds(result.wait_seconds);
+    RecordRingTraffic(result, report);
     if (!result.status.ok()) {
       grads.CopyFrom(y_);
       RecordRingFailures(result, report);
