@@ -18,7 +18,10 @@
 #     --solo-threads N  threads of the worker trained alone (default 2)
 #     --lr X --warmup N --seed N   AdamW peak lr (0.002), warmup (20), seed (1)
 #     --eval-windows N  validation windows (default 128)
-#     --methods LIST  comma list of gasloc50,diloco50,dpsgd1,gasloc1,solo
+#     --methods LIST  comma list of gasloc50,diloco50,dpsgd1,gasloc1,solo;
+#                     gasloc1@ETA/GAMMA (or gasloc50@ETA/GAMMA) runs GASLoC
+#                     with that outer step and momentum instead of the
+#                     defaults (0.7 / 0.9)
 #     --build DIR     build folder (default build/release)
 #     --out DIR       run folders and results.jsonl (default runs/compare-<ts>)
 set -euo pipefail
@@ -43,7 +46,7 @@ while [ $# -gt 0 ]; do
     --methods) methods="$2"; shift 2 ;;
     --build) build="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
-    -h|--help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "compare_algorithms: unknown option $1" >&2; exit 2 ;;
     *) corpora+=("$1"); shift ;;
   esac
@@ -57,16 +60,18 @@ mkdir -p "$out"; out="$(realpath "$out")"
 results="$out/results.jsonl"
 : > "$results"
 
-# cluster_run NAME CORPUS ALGORITHM H: one local cluster run, one result line.
+# cluster_run NAME CORPUS ALGORITHM H [LAUNCHER OPTION...]: one local
+# cluster run, one result line.
 cluster_run() {
   local name="$1" corpus="$2" algorithm="$3" h="$4"
-  local dir="$out/$(basename "$corpus" .txt)-$name" start end
+  shift 4
+  local dir="$out/$(basename "$corpus" .txt)-${name//\//_}" start end
   start=$(date +%s.%N)
   scripts/local_cluster.sh --workers "$workers" --algorithm "$algorithm" \
     --local-steps "$h" --rounds $(( steps / h )) --model "$model" \
     --threads "$threads" --lr "$lr" --warmup "$warmup" --seed "$seed" \
     --eval-windows "$eval_windows" --eval-every 0 --uniform-budget \
-    --no-sample --build "$build" --run-dir "$dir" "$corpus" \
+    --no-sample --build "$build" --run-dir "$dir" "$@" "$corpus" \
     > "$dir.out" 2>&1 || { echo "compare_algorithms: $name failed, see $dir.out" >&2; return 1; }
   end=$(date +%s.%N)
   /usr/bin/python3 - "$dir" "$name" "$corpus" "$h" "$start" "$end" "$workers" \
@@ -131,6 +136,9 @@ for corpus in "${corpora[@]}"; do
       diloco50) cluster_run "$m" "$corpus" diloco 50 ;;
       dpsgd1) cluster_run "$m" "$corpus" dpsgd 1 ;;
       gasloc1) cluster_run "$m" "$corpus" gasloc 1 ;;
+      gasloc1@*/*|gasloc50@*/*)
+        spec="${m#*@}"; h="${m%@*}"; h="${h#gasloc}"
+        cluster_run "$m" "$corpus" gasloc "$h" --eta "${spec%/*}" --gamma "${spec#*/}" ;;
       solo) solo_run "$corpus" ;;
       *) echo "compare_algorithms: unknown method $m" >&2; exit 2 ;;
     esac

@@ -14,6 +14,7 @@
 //
 //   gasloc-bench exchange [--floats=4194304,25000000] [--encodings=fp32,bf16]
 //                         [--chunk_kib=256,1024] [--reps=3]
+//                         [--http2=bulk,default] [--malloc=tuned|glibc]
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -34,6 +35,7 @@
 #include "absl/time/clock.h"
 #include "bench/bench_registry.h"
 #include "bench/iperf3_baseline.h"
+#include "common/malloc_tuning.h"
 #include "gasloc/v1/peer.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "common/crc32c.h"
@@ -54,6 +56,8 @@ struct Config {
   int reps = 3;
   // HTTP/2 transport settings to compare: bulk-tuned and/or gRPC defaults.
   std::vector<bool> bulk_tuning = {true, false};
+  // TuneMallocForStreaming() as the worker does (false: glibc's defaults).
+  bool malloc_tuning = true;
 };
 
 bool ParseList(const std::string& value, std::vector<uint64_t>* out) {
@@ -70,13 +74,16 @@ int Usage(const char* program, const std::string& error) {
   if (!error.empty()) std::fprintf(stderr, "%s: %s\n", program, error.c_str());
   std::printf(
       "Usage: %s [--floats=N,...] [--encodings=fp32,bf16] "
-      "[--chunk_kib=K,...] [--reps=R] [--http2=bulk,default]\n"
+      "[--chunk_kib=K,...] [--reps=R] [--http2=bulk,default] "
+      "[--malloc=tuned|glibc]\n"
       "  --floats     model sizes in floats (default 4194304,25000000)\n"
       "  --encodings  wire encodings (default fp32,bf16)\n"
       "  --chunk_kib  chunk payload sizes in KiB, 4..3072 (default 256,1024)\n"
       "  --reps       runs per measurement, median reported (default 3)\n"
       "  --http2      transport settings: bulk (server/http2_tuning.h) and/or\n"
-      "               default (gRPC's own); default both\n",
+      "               default (gRPC's own); default both\n"
+      "  --malloc     tuned (common/malloc_tuning.h, as gasloc-worker) or\n"
+      "               glibc (its defaults); default tuned\n",
       program);
   return error.empty() ? 0 : 2;
 }
@@ -348,6 +355,11 @@ int RunExchangeBench(int argc, char** argv) {
                                              "' (bulk, default)"));
         config.bulk_tuning.push_back(t == "bulk");
       }
+    } else if (name == "--malloc") {
+      if (value != "tuned" && value != "glibc")
+        return Usage(argv[0], absl::StrCat("unknown --malloc '", value,
+                                           "' (tuned, glibc)"));
+      config.malloc_tuning = value == "tuned";
     } else if (name == "--reps") {
       if (!ParseList(value, &list) || list.size() != 1)
         return Usage(argv[0], "--reps wants one positive integer");
@@ -356,6 +368,15 @@ int RunExchangeBench(int argc, char** argv) {
       return Usage(argv[0], absl::StrCat("unknown flag ", arg));
     }
   }
+
+  if (config.malloc_tuning) {
+    const std::string refused = TuneMallocForStreaming();
+    if (!refused.empty())
+      std::fprintf(stderr, "malloc tuning refused: %s\n", refused.c_str());
+  }
+  std::printf("malloc: %s\n", config.malloc_tuning
+                                    ? "tuned (common/malloc_tuning.h)"
+                                    : "glibc defaults");
 
   // One pair of workers and one sink per transport setting.
   struct Setup {

@@ -19,6 +19,8 @@
 #     --seed N           job seed (default 1)
 #     --uniform-budget   every worker does exactly H steps a round (default:
 #                        the algorithm's budget policy)
+#     --eta X --gamma X  GASLoC outer step and momentum (default: the job
+#                        spec's defaults, 0.7 and 0.9)
 #     --no-sample        do not print a generated sample at the end
 #     --build DIR        build folder (default build/release)
 #     --run-dir DIR      where logs, state and checkpoints go
@@ -43,6 +45,7 @@ eval_every=3
 seed=1
 sample=1
 budget_json=""
+outer_json=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --workers) workers="$2"; shift 2 ;;
@@ -60,7 +63,9 @@ while [ $# -gt 0 ]; do
     --seed) seed="$2"; shift 2 ;;
     --no-sample) sample=0; shift ;;
     --uniform-budget) budget_json=', "budgetPolicy": "BUDGET_POLICY_UNIFORM"'; shift ;;
-    -h|--help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --eta) outer_json+=", \"eta\": $2"; shift 2 ;;
+    --gamma) outer_json+=", \"gamma\": $2"; shift 2 ;;
+    -h|--help) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "local_cluster: unknown option $1" >&2; exit 2 ;;
     *) corpus="$1"; shift ;;
   esac
@@ -144,7 +149,7 @@ cat > "$run_dir/job.json" <<JSON
                "adamw": {"lr": $lr, "warmupSteps": $warmup}},
   "data": {"corpusPath": "$corpus", "evalWindows": $eval_windows,
            "evalIntervalRounds": $eval_every},
-  "outer": {"algorithm": "$algo_enum", "localSteps": $local_steps$budget_json},
+  "outer": {"algorithm": "$algo_enum", "localSteps": $local_steps$budget_json$outer_json},
   "exchange": {"deadlineMs": 20000},
   "checkpoint": {"directory": "$run_dir/checkpoints", "intervalRounds": 3},
   "stop": {"maxRounds": "$rounds"},

@@ -10,6 +10,7 @@
 #include "absl/strings/str_split.h"
 #include "common/flags_setup.h"
 #include "common/log.h"
+#include "common/malloc_tuning.h"
 #include "common/version.h"
 #include "server/coordinator_client.h"
 #include "server/grpc_peer_transport.h"
@@ -158,6 +159,8 @@ int RunWorker() {
 }  // namespace gasloc
 
 int main(int argc, char** argv) {
+  // Before any thread allocates: exchange buffers reuse warm heap pages.
+  const std::string malloc_refused = gasloc::TuneMallocForStreaming();
   gasloc::BlockTerminationSignals();
   gasloc::ParseFlagsOrExit(
       argc, argv,
@@ -165,5 +168,8 @@ int main(int argc, char** argv) {
       "its job round by round and exchanges state with its peers.\n\n"
       "Usage: gasloc-worker --coordinator=HOST:PORT [--listen=HOST:PORT] "
       "[--advertise=HOST:PORT] [--threads=N] [--metrics_port=N]");
+  if (!malloc_refused.empty())
+    GASLOC_LOG(WARNING) << "glibc refused the malloc tuning (" << malloc_refused
+                        << "): exchanges will fault in fresh pages";
   return gasloc::RunWorker();
 }
