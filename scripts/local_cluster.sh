@@ -63,8 +63,10 @@ while [ $# -gt 0 ]; do
     --seed) seed="$2"; shift 2 ;;
     --no-sample) sample=0; shift ;;
     --uniform-budget) budget_json=', "budgetPolicy": "BUDGET_POLICY_UNIFORM"'; shift ;;
-    --eta) outer_json+=", \"eta\": $2"; shift 2 ;;
-    --gamma) outer_json+=", \"gamma\": $2"; shift 2 ;;
+    --eta|--gamma)
+      [[ "${2:-}" =~ ^[0-9]*\.?[0-9]+$ ]] ||
+        { echo "local_cluster: $1 wants a number, got '${2:-}'" >&2; exit 2; }
+      outer_json+=", \"${1#--}\": $2"; shift 2 ;;
     -h|--help) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "local_cluster: unknown option $1" >&2; exit 2 ;;
     *) corpus="$1"; shift ;;
