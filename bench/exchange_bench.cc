@@ -370,7 +370,8 @@ int RunExchangeBench(int argc, char** argv) {
   }
 
   if (config.malloc_tuning) {
-    const std::string refused = TuneMallocForStreaming();
+    const std::string refused = TuneMallocForStreaming(
+        static_cast<int>(std::thread::hardware_concurrency()));
     if (!refused.empty())
       std::fprintf(stderr, "malloc tuning refused: %s\n", refused.c_str());
   }

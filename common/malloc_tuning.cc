@@ -2,9 +2,11 @@
 
 #include <malloc.h>
 
+#include <algorithm>
+
 namespace gasloc {
 
-std::string TuneMallocForStreaming() {
+std::string TuneMallocForStreaming(int compute_threads) {
   constexpr int kMmapThresholdBytes = 32 << 20;  // glibc's largest allowed
   constexpr int kTrimThresholdBytes = 1 << 30;
   std::string refused;
@@ -12,7 +14,8 @@ std::string TuneMallocForStreaming() {
     refused += "M_MMAP_THRESHOLD ";
   if (mallopt(M_TRIM_THRESHOLD, kTrimThresholdBytes) != 1)
     refused += "M_TRIM_THRESHOLD ";
-  if (mallopt(M_ARENA_MAX, 1) != 1) refused += "M_ARENA_MAX ";
+  if (mallopt(M_ARENA_MAX, std::max(2, compute_threads)) != 1)
+    refused += "M_ARENA_MAX ";
   return refused;
 }
 

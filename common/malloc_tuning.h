@@ -12,7 +12,8 @@
 // and gRPC at 0.1 GB/s on loopback (docs/exchange.md, docs/benchmarks.md).
 //
 //   int main(int argc, char** argv) {
-//     gasloc::TuneMallocForStreaming();  // early, before threads start
+//     ... parse flags ...
+//     gasloc::TuneMallocForStreaming(compute_threads);  // before threads
 //
 // Thread safety: call once, early in main, before other threads allocate.
 #ifndef GASLOC_COMMON_MALLOC_TUNING_H_
@@ -24,11 +25,16 @@ namespace gasloc {
 
 // Fixes the mmap threshold at 32 MiB (so chunk-sized buffers come from the
 // heap), the trim threshold at 1 GiB (freed memory stays mapped and warm),
-// and one malloc arena (a buffer freed by a gRPC thread is reused by the
-// next allocation on any thread instead of stranding in a per-thread
-// arena). Returns "" on success, else what glibc refused (the process
-// works either way, only slower).
-std::string TuneMallocForStreaming();
+// and the number of malloc arenas at max(2, compute_threads): gRPC's many
+// threads then share the compute threads' arenas instead of each getting
+// one of glibc's default 8 per core, whose emptied heaps glibc unmaps
+// whatever the trim threshold (measured: 0.4-0.7 GB/s with the default
+// arena count, 1.5 with 2). Fewer arenas than compute threads would make
+// training threads contend: a step makes ~70,000 small allocations (oneDNN
+// memory handles), and one arena for two threads cost 10-14% of an S bf16
+// step. Returns "" on success, else what glibc refused (the process works
+// either way, only slower).
+std::string TuneMallocForStreaming(int compute_threads);
 
 }  // namespace gasloc
 

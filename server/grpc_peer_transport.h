@@ -42,8 +42,9 @@ struct GrpcPeerTransportOptions {
   // Largest message a channel accepts (FetchModel chunks, acks).
   int max_message_bytes = 8 << 20;
   // HTTP/2 settings for bulk transfers on every peer channel
-  // (server/http2_tuning.h); false = gRPC's defaults.
-  bool http2_bulk_tuning = true;
+  // (server/http2_tuning.h); false = gRPC's defaults, which measured as
+  // fast or faster once malloc was tuned (docs/benchmarks.md).
+  bool http2_bulk_tuning = false;
 };
 
 struct FetchModelOptions {

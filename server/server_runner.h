@@ -35,8 +35,9 @@ struct ServerOptions {
   // payload plus a header, so 8 MiB leaves room without inviting abuse.
   int max_receive_message_bytes = 8 << 20;
   // HTTP/2 settings for bulk transfers (server/http2_tuning.h); false =
-  // gRPC's defaults (benchmarks compare the two).
-  bool http2_bulk_tuning = true;
+  // gRPC's defaults, which measured as fast or faster once malloc was
+  // tuned (docs/benchmarks.md; `gasloc-bench exchange --http2` compares).
+  bool http2_bulk_tuning = false;
 };
 
 // Blocks SIGTERM, SIGINT (and SIGPIPE, ignored) in the calling thread; call

@@ -159,8 +159,6 @@ int RunWorker() {
 }  // namespace gasloc
 
 int main(int argc, char** argv) {
-  // Before any thread allocates: exchange buffers reuse warm heap pages.
-  const std::string malloc_refused = gasloc::TuneMallocForStreaming();
   gasloc::BlockTerminationSignals();
   gasloc::ParseFlagsOrExit(
       argc, argv,
@@ -168,6 +166,11 @@ int main(int argc, char** argv) {
       "its job round by round and exchanges state with its peers.\n\n"
       "Usage: gasloc-worker --coordinator=HOST:PORT [--listen=HOST:PORT] "
       "[--advertise=HOST:PORT] [--threads=N] [--metrics_port=N]");
+  // Before any thread allocates: exchange buffers reuse warm heap pages.
+  const int threads = absl::GetFlag(FLAGS_threads);
+  const std::string malloc_refused = gasloc::TuneMallocForStreaming(
+      threads > 0 ? threads
+                  : static_cast<int>(std::thread::hardware_concurrency()));
   if (!malloc_refused.empty())
     GASLOC_LOG(WARNING) << "glibc refused the malloc tuning (" << malloc_refused
                         << "): exchanges will fault in fresh pages";

@@ -42,7 +42,7 @@ double FaultsPerPageAfterWarmUp(bool tune) {
   const pid_t pid = fork();
   if (pid == 0) {
     close(fds[0]);
-    if (tune && !TuneMallocForStreaming().empty()) _exit(3);
+    if (tune && !TuneMallocForStreaming(/*compute_threads=*/2).empty()) _exit(3);
     std::vector<void*> buffers(kBuffersInFlight);
     long faults_after_first_round = 0;
     for (int round = 0; round < kRounds; ++round) {
