@@ -124,6 +124,18 @@ absl::StatusOr<v1::ReportRoundRequest> RoundRunner::RunRound(
   report.set_worker_id(options_.worker_id);
   report.set_job_id(options_.job_id);
   report.set_round(round);
+  if (round < next_round_) {
+    // The model already includes this round: a worker that joined with a
+    // member's model taken after the round (or got an assignment again).
+    // Running it would apply the round's inner steps and outer momentum a
+    // second time; report it done with no steps and leave the model alone
+    // (peers that listed us treat us as absent for the round).
+    GASLOC_LOG(INFO) << "job " << options_.job_id << " round " << round
+                     << ": skipped, the model already includes rounds up to "
+                     << next_round_ - 1;
+    report.set_inner_steps(0);
+    return report;
+  }
 
   FloatArena& params = trainer_->params();
   theta_start_.CopyFrom(params);

@@ -89,6 +89,8 @@ class RoundRunner {
   // all-reduce algorithms.
   FloatArena& outer_state();
   // Rounds completed by this runner (the next round expected is this).
+  // RunRound reports an assignment for an earlier round as done with no
+  // inner steps and leaves the model unchanged.
   uint64_t next_round() const { return next_round_; }
   void set_next_round(uint64_t round) { next_round_ = round; }
   // Adopts a member's model for a worker joining a running job: theta, the

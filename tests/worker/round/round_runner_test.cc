@@ -275,6 +275,33 @@ TEST(RoundRunner, NonFiniteLocalStateRestoresTheRoundStart) {
   EXPECT_EQ(runner.next_round(), 0u);
 }
 
+// A joiner installs a member's model taken after round 1 (next round 2);
+// the coordinator may still hand it round 1. Running it again would apply
+// that round twice: it is reported with no steps and the model is kept.
+TEST(RoundRunner, RoundTheModelAlreadyIncludesIsSkippedUntouched) {
+  InProcessNetwork network;
+  const v1::JobSpec spec = Spec(v1::ALGORITHM_GASLOC, 300);
+  FakeTrainer trainer(FakeLayout(), 1.0f);
+  auto transport = network.Join(1);
+  RoundRunner runner({1, kJob, spec, {}}, &trainer, transport.get(),
+                     &RealClock::Get());
+  for (uint64_t r = 0; r < 2; ++r)
+    ASSERT_TRUE(runner.RunRound(GossipAssignment(r, 1, {}, 0.5f, 3)).ok());
+  const FloatArena before = trainer.params();
+  auto report = runner.RunRound(GossipAssignment(1, 1, {}, 0.5f, 3));
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_EQ(report->round(), 1u);
+  EXPECT_EQ(report->inner_steps(), 0u);
+  EXPECT_EQ(runner.next_round(), 2u);
+  EXPECT_EQ(0, std::memcmp(before.data(), trainer.params().data(),
+                           before.size() * 4));
+  // The next round runs normally.
+  report = runner.RunRound(GossipAssignment(2, 1, {}, 0.5f, 3));
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_EQ(report->inner_steps(), 3u);
+  EXPECT_EQ(runner.next_round(), 3u);
+}
+
 TEST(RoundRunner, CheckpointRestoresTheOuterStateExactly) {
   InProcessNetwork network;
   const v1::JobSpec spec = Spec(v1::ALGORITHM_GASLOC, 300);
