@@ -275,42 +275,48 @@ TEST(RoundRunner, NonFiniteLocalStateRestoresTheRoundStart) {
   EXPECT_EQ(runner.next_round(), 0u);
 }
 
+// One GASLoC worker alone (no peers) on the in-process network, with a
+// FakeTrainer, after `rounds` rounds of 3 inner steps.
+struct SoloGaslocWorker {
+  explicit SoloGaslocWorker(uint64_t rounds)
+      : spec(Spec(v1::ALGORITHM_GASLOC, 300)),
+        trainer(FakeLayout(), 1.0f),
+        transport(network.Join(1)),
+        runner({1, kJob, spec, {}}, &trainer, transport.get(),
+               &RealClock::Get()) {
+    for (uint64_t r = 0; r < rounds; ++r)
+      EXPECT_TRUE(runner.RunRound(GossipAssignment(r, 1, {}, 0.5f, 3)).ok());
+  }
+  InProcessNetwork network;
+  const v1::JobSpec spec;
+  FakeTrainer trainer;
+  std::unique_ptr<InProcessTransport> transport;
+  RoundRunner runner;
+};
+
 // A joiner installs a member's model taken after round 1 (next round 2);
 // the coordinator may still hand it round 1. Running it again would apply
 // that round twice: it is reported with no steps and the model is kept.
 TEST(RoundRunner, RoundTheModelAlreadyIncludesIsSkippedUntouched) {
-  InProcessNetwork network;
-  const v1::JobSpec spec = Spec(v1::ALGORITHM_GASLOC, 300);
-  FakeTrainer trainer(FakeLayout(), 1.0f);
-  auto transport = network.Join(1);
-  RoundRunner runner({1, kJob, spec, {}}, &trainer, transport.get(),
-                     &RealClock::Get());
-  for (uint64_t r = 0; r < 2; ++r)
-    ASSERT_TRUE(runner.RunRound(GossipAssignment(r, 1, {}, 0.5f, 3)).ok());
-  const FloatArena before = trainer.params();
-  auto report = runner.RunRound(GossipAssignment(1, 1, {}, 0.5f, 3));
+  SoloGaslocWorker w(/*rounds=*/2);
+  const FloatArena before = w.trainer.params();
+  auto report = w.runner.RunRound(GossipAssignment(1, 1, {}, 0.5f, 3));
   ASSERT_TRUE(report.ok()) << report.status();
   EXPECT_EQ(report->round(), 1u);
   EXPECT_EQ(report->inner_steps(), 0u);
-  EXPECT_EQ(runner.next_round(), 2u);
-  EXPECT_EQ(0, std::memcmp(before.data(), trainer.params().data(),
+  EXPECT_EQ(w.runner.next_round(), 2u);
+  EXPECT_EQ(0, std::memcmp(before.data(), w.trainer.params().data(),
                            before.size() * 4));
   // The next round runs normally.
-  report = runner.RunRound(GossipAssignment(2, 1, {}, 0.5f, 3));
+  report = w.runner.RunRound(GossipAssignment(2, 1, {}, 0.5f, 3));
   ASSERT_TRUE(report.ok()) << report.status();
   EXPECT_EQ(report->inner_steps(), 3u);
-  EXPECT_EQ(runner.next_round(), 3u);
+  EXPECT_EQ(w.runner.next_round(), 3u);
 }
 
 TEST(RoundRunner, CheckpointRestoresTheOuterStateExactly) {
-  InProcessNetwork network;
-  const v1::JobSpec spec = Spec(v1::ALGORITHM_GASLOC, 300);
-  FakeTrainer trainer(FakeLayout(), 1.0f);
-  auto transport = network.Join(1);
-  RoundRunner runner({1, kJob, spec, {}}, &trainer, transport.get(),
-                     &RealClock::Get());
-  for (uint64_t r = 0; r < 2; ++r)
-    ASSERT_TRUE(runner.RunRound(GossipAssignment(r, 1, {}, 0.5f, 3)).ok());
+  SoloGaslocWorker w(/*rounds=*/2);
+  auto& [network, spec, trainer, transport, runner] = w;
   ASSERT_TRUE(runner.SaveCheckpoint("mem://ckpt").ok());
   ASSERT_TRUE(runner.RunRound(GossipAssignment(2, 1, {}, 0.5f, 3)).ok());
   const FloatArena uninterrupted = trainer.params();
