@@ -36,6 +36,7 @@
 #include "bench/bench_registry.h"
 #include "bench/iperf3_baseline.h"
 #include "common/malloc_tuning.h"
+#include "worker/train/trainer.h"
 #include "gasloc/v1/peer.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "common/crc32c.h"
@@ -371,7 +372,7 @@ int RunExchangeBench(int argc, char** argv) {
 
   if (config.malloc_tuning) {
     const std::string refused = TuneMallocForStreaming(
-        static_cast<int>(std::thread::hardware_concurrency()));
+        ResolveThreads(/*threads=*/0, {}));  // all cores, as a worker
     if (!refused.empty())
       std::fprintf(stderr, "malloc tuning refused: %s\n", refused.c_str());
   }

@@ -21,6 +21,7 @@
 #include "server/metrics_endpoint.h"
 #include "server/worker_daemon.h"
 #include "worker/round/trainer_adapter.h"
+#include "worker/train/trainer.h"
 
 ABSL_FLAG(std::string, coordinator, "localhost:7070",
           "Coordinator address (host:port).");
@@ -167,10 +168,8 @@ int main(int argc, char** argv) {
       "Usage: gasloc-worker --coordinator=HOST:PORT [--listen=HOST:PORT] "
       "[--advertise=HOST:PORT] [--threads=N] [--metrics_port=N]");
   // Before any thread allocates: exchange buffers reuse warm heap pages.
-  const int threads = absl::GetFlag(FLAGS_threads);
   const std::string malloc_refused = gasloc::TuneMallocForStreaming(
-      threads > 0 ? threads
-                  : static_cast<int>(std::thread::hardware_concurrency()));
+      gasloc::ResolveThreads(absl::GetFlag(FLAGS_threads), {}));
   if (!malloc_refused.empty())
     GASLOC_LOG(WARNING) << "glibc refused the malloc tuning (" << malloc_refused
                         << "): exchanges will fault in fresh pages";

@@ -439,13 +439,17 @@ inline Gelu8 GeluAndDerivative8(__m256 x) {
   return out;
 }
 
-inline __m256 LoadBf16x8(const uint16_t* p) {
+// Eight elements to and from f32 lanes, for f32 and bf16 storage.
+inline __m256 Load8(const float* p) { return _mm256_loadu_ps(p); }
+inline void Store8(__m256 v, float* p) { _mm256_storeu_ps(p, v); }
+
+inline __m256 Load8(const uint16_t* p) {
   const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16));
 }
 
 // Round to nearest even, NaN kept quiet (as FloatToBf16).
-inline void StoreBf16x8(__m256 v, uint16_t* p) {
+inline void Store8(__m256 v, uint16_t* p) {
   __m256i b = _mm256_castps_si256(v);
   const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(b, 16),
                                        _mm256_set1_epi32(1));
@@ -459,38 +463,37 @@ inline void StoreBf16x8(__m256 v, uint16_t* p) {
                    _mm256_castsi256_si128(packed));
 }
 
+// GELU and GELU' of one bf16 element, rounded back to bf16.
+inline void GeluAndDerivative(uint16_t x, uint16_t* g, uint16_t* gd) {
+  float a, b;
+  GeluAndDerivative(Bf16ToFloat(x), &a, &b);
+  *g = FloatToBf16(a);
+  *gd = FloatToBf16(b);
+}
+
+// Eight at a time in parallel, then the tail; T is float or bf16 bits.
+template <typename T>
+void GeluWithDerivativeOf(const T* in, int64_t n, T* g, T* gd) {
+  const int64_t n8 = n / 8 * 8;
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n8; i += 8) {
+    const Gelu8 r = GeluAndDerivative8(Load8(in + i));
+    Store8(r.g, g + i);
+    Store8(r.gd, gd + i);
+  }
+  for (int64_t i = n8; i < n; ++i) GeluAndDerivative(in[i], &g[i], &gd[i]);
+}
+
 }  // namespace
 
 void GeluWithDerivative(const void* h, dt type, int64_t n, void* g,
                         void* gd) {
-  const int64_t n8 = n / 8 * 8;
   if (type == dt::bf16) {
-    const auto* in = static_cast<const uint16_t*>(h);
-    auto* go = static_cast<uint16_t*>(g);
-    auto* gdo = static_cast<uint16_t*>(gd);
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n8; i += 8) {
-      const Gelu8 r = GeluAndDerivative8(LoadBf16x8(in + i));
-      StoreBf16x8(r.g, go + i);
-      StoreBf16x8(r.gd, gdo + i);
-    }
-    for (int64_t i = n8; i < n; ++i) {
-      float a, b;
-      GeluAndDerivative(Bf16ToFloat(in[i]), &a, &b);
-      go[i] = FloatToBf16(a);
-      gdo[i] = FloatToBf16(b);
-    }
+    GeluWithDerivativeOf(static_cast<const uint16_t*>(h), n,
+                         static_cast<uint16_t*>(g), static_cast<uint16_t*>(gd));
   } else {
-    const auto* in = static_cast<const float*>(h);
-    auto* go = static_cast<float*>(g);
-    auto* gdo = static_cast<float*>(gd);
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n8; i += 8) {
-      const Gelu8 r = GeluAndDerivative8(_mm256_loadu_ps(in + i));
-      _mm256_storeu_ps(go + i, r.g);
-      _mm256_storeu_ps(gdo + i, r.gd);
-    }
-    for (int64_t i = n8; i < n; ++i) GeluAndDerivative(in[i], &go[i], &gdo[i]);
+    GeluWithDerivativeOf(static_cast<const float*>(h), n,
+                         static_cast<float*>(g), static_cast<float*>(gd));
   }
 }
 
