@@ -129,11 +129,13 @@ absl::StatusOr<v1::ReportRoundRequest> RoundRunner::RunRound(
     // member's model taken after the round (or got an assignment again).
     // Running it would apply the round's inner steps and outer momentum a
     // second time; report it done with no steps and leave the model alone
-    // (peers that listed us treat us as absent for the round).
+    // (peers that listed us treat us as absent for the round), evaluated
+    // when the round is due for it like any other.
     GASLOC_LOG(INFO) << "job " << options_.job_id << " round " << round
                      << ": skipped, the model already includes rounds up to "
                      << next_round_ - 1;
     report.set_inner_steps(0);
+    RETURN_IF_ERROR(EvaluateIfDue(assignment, &report));
     return report;
   }
 
@@ -171,19 +173,26 @@ absl::StatusOr<v1::ReportRoundRequest> RoundRunner::RunRound(
         "round ", round, ": the outer update produced non-finite parameters; "
         "parameters restored to the round's start"));
   }
-  // Evaluate every eval_interval rounds and always on the job's last round
-  // (when the job stops by round count), so the final bpb is current.
+  RETURN_IF_ERROR(EvaluateIfDue(assignment, &report));
+  next_round_ = round + 1;
+  return report;
+}
+
+absl::Status RoundRunner::EvaluateIfDue(const v1::Assignment& assignment,
+                                        v1::ReportRoundRequest* report) {
+  // Every eval_interval rounds and always on the job's last round (when
+  // the job stops by round count), so the final bpb is current.
+  const uint64_t round = assignment.round();
   const uint32_t eval_interval = options_.spec.data().eval_interval_rounds();
   const uint64_t max_rounds = options_.spec.stop().max_rounds();
   const bool last_round = max_rounds > 0 && round + 1 >= max_rounds;
-  if (last_round || (eval_interval > 0 && (round + 1) % eval_interval == 0)) {
-    Progress({round, assignment.local_steps(), report.train_loss(), 0, 0,
-              v1::WORKER_ACTIVITY_EVALUATING});
-    ASSIGN_OR_RETURN(float bpb, trainer_->EvaluateBpb());
-    report.set_val_bpb(bpb);
-  }
-  next_round_ = round + 1;
-  return report;
+  if (!last_round && !(eval_interval > 0 && (round + 1) % eval_interval == 0))
+    return absl::OkStatus();
+  Progress({round, assignment.local_steps(), report->train_loss(), 0, 0,
+            v1::WORKER_ACTIVITY_EVALUATING});
+  ASSIGN_OR_RETURN(float bpb, trainer_->EvaluateBpb());
+  report->set_val_bpb(bpb);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<InnerStepResult> RoundRunner::RunInnerSteps(

@@ -90,7 +90,7 @@ class RoundRunner {
   FloatArena& outer_state();
   // Rounds completed by this runner (the next round expected is this).
   // RunRound reports an assignment for an earlier round as done with no
-  // inner steps and leaves the model unchanged.
+  // inner steps (evaluated if due) and leaves the model unchanged.
   uint64_t next_round() const { return next_round_; }
   void set_next_round(uint64_t round) { next_round_ = round; }
   // Adopts a member's model for a worker joining a running job: theta, the
@@ -108,6 +108,9 @@ class RoundRunner {
   absl::StatusOr<InnerStepResult> RunInnerSteps(uint32_t steps,
                                                 uint64_t round,
                                                 v1::ReportRoundRequest* report);
+  // Sets report->val_bpb when `assignment`'s round is due for evaluation.
+  absl::Status EvaluateIfDue(const v1::Assignment& assignment,
+                             v1::ReportRoundRequest* report);
   absl::Status DataParallelStep(const v1::Assignment& assignment,
                                 v1::ReportRoundRequest* report);
   void GossipExchange(const v1::Assignment& assignment,

@@ -305,6 +305,9 @@ TEST(RoundRunner, RoundTheModelAlreadyIncludesIsSkippedUntouched) {
   EXPECT_EQ(report->round(), 1u);
   EXPECT_EQ(report->inner_steps(), 0u);
   EXPECT_EQ(w.runner.next_round(), 2u);
+  // Still evaluated when due (this spec evaluates every round): a joiner
+  // whose only round is skipped reports the model it holds.
+  EXPECT_FLOAT_EQ(report->val_bpb(), *w.trainer.EvaluateBpb());
   EXPECT_EQ(0, std::memcmp(before.data(), w.trainer.params().data(),
                            before.size() * 4));
   // The next round runs normally.
