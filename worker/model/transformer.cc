@@ -415,25 +415,21 @@ void TransformerModel::BlockForward(int layer, const float* x_in,
     p.proj->Forward(a.att, p.layer_w[layer][kProj].fwd, P(w.proj_b), x_in, a.x_mid);
   }
   LayerNormToCompute(a.x_mid, w.ln2_w, w.ln2_b, a.mean2, a.var2, a.ln2);
-  // (B, T, d) -> (B, T, 4d) -> GELU
-  if (fused_gelu()) {
-    // h in scratch; keep GELU(h) and GELU'(h) (in a.h) for the backward.
-    {
-      OpTimer timer(this, kOpFc);
-      p.fc->Forward(a.ln2, p.layer_w[layer][kFc].fwd, P(w.fc_b), nullptr,
-                    d4a_);
-    }
+  // (B, T, d) -> (B, T, 4d) -> GELU. Fused (bf16): h goes to scratch and
+  // a.h keeps GELU'(h) for the backward; otherwise a.h keeps h.
+  void* const h = fused_gelu() ? d4a_ : a.h;
+  {
+    OpTimer timer(this, kOpFc);
+    p.fc->Forward(a.ln2, p.layer_w[layer][kFc].fwd, P(w.fc_b), nullptr, h);
+  }
+  {
     OpTimer timer(this, kOpGelu);
-    kernels::GeluWithDerivative(d4a_, cdt_, int64_t{p.B} * p.T * 4 *
-                                config_.d_model, a.g, a.h);
-  } else {
-    {
-      OpTimer timer(this, kOpFc);
-      p.fc->Forward(a.ln2, p.layer_w[layer][kFc].fwd, P(w.fc_b), nullptr,
-                    a.h);
+    if (fused_gelu()) {
+      kernels::GeluWithDerivative(h, cdt_, int64_t{p.B} * p.T * 4 *
+                                  config_.d_model, a.g, a.h);
+    } else {
+      p.gelu->Forward(a.h, a.g);
     }
-    OpTimer timer(this, kOpGelu);
-    p.gelu->Forward(a.h, a.g);
   }
   // x_out = x_mid + g W_fc2^T + b
   OpTimer timer(this, kOpFc2);
