@@ -909,22 +909,38 @@ void EmbeddingBackward(const uint8_t* tokens, int token_stride,
 }
 
 void ColumnSum(const void* x, dt type, int64_t M, int64_t N, float* out) {
-  std::memset(out, 0, sizeof(float) * N);
-#pragma omp parallel
+  // Rows split statically over the threads (each reads contiguous memory);
+  // per-thread partial sums are added in thread order: deterministic for a
+  // fixed thread count.
+  const int nthreads = static_cast<int>(std::max<int64_t>(
+      1, std::min<int64_t>(omp_get_max_threads(), M / 64)));
+  std::vector<float> partial(static_cast<size_t>(nthreads) * N, 0.0f);
+#pragma omp parallel num_threads(nthreads)
   {
-    const int nt = omp_get_num_threads(), id = omp_get_thread_num();
-    const int64_t n0 = N * id / nt, n1 = N * (id + 1) / nt;
-    if (type == dt::bf16) {
-      const auto* xb = static_cast<const uint16_t*>(x);
-      for (int64_t m = 0; m < M; ++m) {
-        for (int64_t n = n0; n < n1; ++n) out[n] += Bf16ToFloat(xb[m * N + n]);
-      }
-    } else {
-      const auto* xf = static_cast<const float*>(x);
-      for (int64_t m = 0; m < M; ++m) {
-        for (int64_t n = n0; n < n1; ++n) out[n] += xf[m * N + n];
+    const int id = omp_get_thread_num(), nt = omp_get_num_threads();
+    const int64_t m0 = M * id / nt, m1 = M * (id + 1) / nt;
+    float* acc = partial.data() + static_cast<size_t>(id) * N;
+    const int64_t n8 = N / 8 * 8;
+    for (int64_t m = m0; m < m1; ++m) {
+      if (type == dt::bf16) {
+        const auto* row = static_cast<const uint16_t*>(x) + m * N;
+        for (int64_t n = 0; n < n8; n += 8) {
+          Store8(_mm256_add_ps(Load8(acc + n), Load8(row + n)), acc + n);
+        }
+        for (int64_t n = n8; n < N; ++n) acc[n] += Bf16ToFloat(row[n]);
+      } else {
+        const auto* row = static_cast<const float*>(x) + m * N;
+        for (int64_t n = 0; n < n8; n += 8) {
+          Store8(_mm256_add_ps(Load8(acc + n), Load8(row + n)), acc + n);
+        }
+        for (int64_t n = n8; n < N; ++n) acc[n] += row[n];
       }
     }
+  }
+  std::memcpy(out, partial.data(), sizeof(float) * N);
+  for (int t = 1; t < nthreads; ++t) {
+    const float* acc = partial.data() + static_cast<size_t>(t) * N;
+    for (int64_t n = 0; n < N; ++n) out[n] += acc[n];
   }
 }
 

@@ -278,15 +278,19 @@ TEST_P(KernelTest, ConvertRoundTrips) {
 
 TEST_P(KernelTest, ColumnSumMatchesReference) {
   const dt type = GetParam();
-  const int M = 33, N = 19;
-  Buf x(M * N, type);
-  x.Set(Random(M * N, 14));
-  std::vector<float> out(N), want(N, 0.0f);
-  ColumnSum(x.data(), type, M, N, out.data());
-  for (int m = 0; m < M; ++m) {
-    for (int n = 0; n < N; ++n) want[n] += x.f[m * N + n];
+  // One thread (M < 64 rows each), and rows split over the threads; N with
+  // a tail after the 8-wide loop.
+  for (auto [M, N] : {std::pair{33, 19}, std::pair{300, 37}}) {
+    SCOPED_TRACE(M);
+    Buf x(M * N, type);
+    x.Set(Random(M * N, 14));
+    std::vector<float> out(N), want(N, 0.0f);
+    ColumnSum(x.data(), type, M, N, out.data());
+    for (int m = 0; m < M; ++m) {
+      for (int n = 0; n < N; ++n) want[n] += x.f[m * N + n];
+    }
+    EXPECT_LT(RelErr(out, want), 1e-5);
   }
-  EXPECT_LT(RelErr(out, want), 1e-5);
 }
 
 INSTANTIATE_TEST_SUITE_P(Precisions, KernelTest,
