@@ -8,6 +8,8 @@
 #include <cstring>
 #include <unordered_map>
 
+#include "worker/model/vector_math.h"
+
 namespace gasloc::kernels {
 namespace {
 
@@ -105,6 +107,27 @@ void Matmul::RunOn(dnnl::stream& stream, void* scratchpad, const void* a,
                  Mem(pd_.scratchpad_desc(), env_, scratchpad));
   }
   prim_.execute(stream, args);
+}
+
+Matmul::Bound::Bound(const Matmul& matmul, const dnnl::engine& engine,
+                     void* scratchpad)
+    : matmul_(&matmul),
+      a_(matmul.desc_.a, engine, nullptr),
+      b_(matmul.weights_md_, engine, nullptr),
+      c_(matmul.desc_.c, engine, nullptr),
+      args_{{DNNL_ARG_SRC, a_}, {DNNL_ARG_WEIGHTS, b_}, {DNNL_ARG_DST, c_}} {
+  if (matmul.desc_.user_scratchpad) {
+    args_.emplace(DNNL_ARG_SCRATCHPAD,
+                  dnnl::memory(matmul.pd_.scratchpad_desc(), engine, scratchpad));
+  }
+}
+
+void Matmul::Bound::Run(dnnl::stream& stream, const void* a, const void* b,
+                        void* c) {
+  a_.set_data_handle(const_cast<void*>(a));
+  b_.set_data_handle(const_cast<void*>(b));
+  c_.set_data_handle(c);
+  matmul_->prim_.execute(stream, args_);
 }
 
 size_t Matmul::scratchpad_bytes() const {
@@ -356,24 +379,10 @@ void Gelu::Backward(const void* x, const void* dy, void* dx) {
 
 namespace {
 
-// exp(z) for z <= 0 (z below -87 gives 0): 2^k * p(r), |r| <= ln2 / 2,
-// degree-6 Taylor polynomial (relative error < 2e-7).
-inline float ExpNonPositive(float z) {
-  z = std::max(z, -87.0f);
-  const float k = std::floor(z * 1.44269504f + 0.5f);
-  const float r = (z - k * 0.693145752f) - k * 1.42860677e-6f;
-  float p = 1.0f / 720.0f;
-  p = p * r + 1.0f / 120.0f;
-  p = p * r + 1.0f / 24.0f;
-  p = p * r + 1.0f / 6.0f;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  const int32_t bits = (static_cast<int32_t>(k) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, 4);
-  return p * scale;
-}
+using vmath::Exp8NonPositive;
+using vmath::ExpNonPositive;
+using vmath::Load8;
+using vmath::Store8;
 
 // g = x Phi(x), gd = Phi(x) + x phi(x); Phi(x) = (1 + erf(x / sqrt 2)) / 2.
 inline void GeluAndDerivative(float x, float* g, float* gd) {
@@ -392,8 +401,7 @@ inline void GeluAndDerivative(float x, float* g, float* gd) {
   *gd = cdf + x * e * 0.39894228f;  // 1 / sqrt(2 pi)
 }
 
-// The same on 8 floats with AVX2 + FMA (the build's x86-64-v3 baseline);
-// the compiler does not vectorize the scalar form (floor, bit casts).
+// The same on 8 floats.
 struct Gelu8 {
   __m256 g, gd;
 };
@@ -407,22 +415,7 @@ inline Gelu8 GeluAndDerivative8(__m256 x) {
   __m256 t = _mm256_rcp_ps(den);
   t = _mm256_mul_ps(t, _mm256_fnmadd_ps(den, t, _mm256_set1_ps(2.0f)));
   // e = exp(-u^2)
-  const __m256 z = _mm256_max_ps(_mm256_mul_ps(_mm256_xor_ps(u, sign), u),
-                                 _mm256_set1_ps(-87.0f));
-  const __m256 k = _mm256_floor_ps(_mm256_fmadd_ps(
-      z, _mm256_set1_ps(1.44269504f), _mm256_set1_ps(0.5f)));
-  __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693145752f), z);
-  r = _mm256_fnmadd_ps(k, _mm256_set1_ps(1.42860677e-6f), r);
-  __m256 p = _mm256_set1_ps(1.0f / 720.0f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
-  p = _mm256_fmadd_ps(p, r, one);
-  p = _mm256_fmadd_ps(p, r, one);
-  const __m256i bits = _mm256_slli_epi32(
-      _mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
-  const __m256 e = _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
+  const __m256 e = Exp8NonPositive(_mm256_mul_ps(_mm256_xor_ps(u, sign), u));
   __m256 poly = _mm256_fmadd_ps(_mm256_set1_ps(1.061405429f), t,
                                 _mm256_set1_ps(-1.453152027f));
   poly = _mm256_fmadd_ps(poly, t, _mm256_set1_ps(1.421413741f));
@@ -437,30 +430,6 @@ inline Gelu8 GeluAndDerivative8(__m256 x) {
   out.gd = _mm256_fmadd_ps(_mm256_mul_ps(x, e), _mm256_set1_ps(0.39894228f),
                            cdf);
   return out;
-}
-
-// Eight elements to and from f32 lanes, for f32 and bf16 storage.
-inline __m256 Load8(const float* p) { return _mm256_loadu_ps(p); }
-inline void Store8(__m256 v, float* p) { _mm256_storeu_ps(p, v); }
-
-inline __m256 Load8(const uint16_t* p) {
-  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16));
-}
-
-// Round to nearest even, NaN kept quiet (as FloatToBf16).
-inline void Store8(__m256 v, uint16_t* p) {
-  __m256i b = _mm256_castps_si256(v);
-  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(b, 16),
-                                       _mm256_set1_epi32(1));
-  b = _mm256_add_epi32(b, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff)));
-  b = _mm256_srli_epi32(b, 16);
-  const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-  b = _mm256_blendv_epi8(b, _mm256_set1_epi32(0x7fc0), nan);
-  const __m256i packed =
-      _mm256_permute4x64_epi64(_mm256_packus_epi32(b, b), 0x08);
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(p),
-                   _mm256_castsi256_si128(packed));
 }
 
 // GELU and GELU' of one bf16 element, rounded back to bf16.
@@ -510,339 +479,6 @@ void Convert::Run(const void* src, void* dst) {
   dnnl::memory dst_mem = Mem(dst_md_, env_, dst);
   prim_.execute(env_->stream, src_mem, dst_mem);
   env_->stream.wait();
-}
-
-// ---------------------------------------------------------------- Attention
-
-Permute::Permute(DnnlEnv* env, const Dims& dims, const Dims& src_strides,
-                 const Dims& dst_strides, dt type)
-    : env_(env),
-      src_md_(StridedMd(dims, type, src_strides)),
-      dst_md_(StridedMd(dims, type, dst_strides)) {
-  prim_ = dnnl::reorder(
-      dnnl::reorder::primitive_desc(env->engine, src_md_, env->engine, dst_md_));
-}
-
-void Permute::Run(const void* src, void* dst) {
-  dnnl::memory src_mem = Mem(src_md_, env_, src);
-  dnnl::memory dst_mem = Mem(dst_md_, env_, dst);
-  prim_.execute(env_->stream, src_mem, dst_mem);
-  env_->stream.wait();
-}
-
-namespace {
-
-// Strides (in elements) of (B, T, 3, H, hd) index order for both layouts.
-Dims RowMajorQkv(int T, int C, int H) {
-  const int64_t hd = C / H;
-  return {int64_t{T} * 3 * C, 3 * C, C, hd, 1};
-}
-Dims HeadMajorQkv(int T, int C, int H) {
-  const int64_t hd = C / H;
-  return {int64_t{T} * 3 * C, hd, int64_t{T} * C, int64_t{T} * hd, 1};
-}
-// Strides of (B, T, H, hd) index order.
-Dims RowMajorOut(int T, int C, int H) {
-  const int64_t hd = C / H;
-  return {int64_t{T} * C, C, hd, 1};
-}
-Dims HeadMajorOut(int T, int C, int H) {
-  const int64_t hd = C / H;
-  return {int64_t{T} * C, hd, int64_t{T} * hd, 1};
-}
-
-}  // namespace
-
-HeadLayout::HeadLayout(DnnlEnv* env, int B, int T, int C, int H, dt cdt)
-    : qkv_to_heads(env, {B, T, 3, H, C / H}, RowMajorQkv(T, C, H),
-                   HeadMajorQkv(T, C, H), cdt),
-      out_from_heads(env, {B, T, H, C / H}, HeadMajorOut(T, C, H),
-                     RowMajorOut(T, C, H), cdt),
-      dout_to_heads(env, {B, T, H, C / H}, RowMajorOut(T, C, H),
-                    HeadMajorOut(T, C, H), cdt),
-      dqkv_from_heads(env, {B, T, 3, H, C / H}, HeadMajorQkv(T, C, H),
-                      RowMajorQkv(T, C, H), cdt) {}
-
-namespace {
-
-Matmul::Desc AttnDesc(dnnl::memory::desc a, dnnl::memory::desc b,
-                      dnnl::memory::desc c, float scale,
-                      bool accumulate = false) {
-  Matmul::Desc d;
-  d.a = a;
-  d.b = b;
-  d.c = c;
-  d.scale = scale;
-  d.user_scratchpad = true;
-  d.accumulate = accumulate;
-  return d;
-}
-
-// One head's (rows, cols) dense block, and the transpose view (cols, rows)
-// of a dense (rows, cols) block. oneDNN's brgemm kernels take only dense
-// operands (a strided batch falls back to a slower gemm), so the row
-// blocks run one head at a time: a prefix of a head's rows is dense.
-dnnl::memory::desc Block(int rows, int cols, dt type) {
-  return PlainMd({rows, cols}, type);
-}
-dnnl::memory::desc BlockT(int rows, int cols, dt type) {
-  return StridedMd({cols, rows}, type, {1, cols});
-}
-
-}  // namespace
-
-// The primitives of one row block, per head: query rows [r0, r0 + rows)
-// against keys [0, n), n = r0 + rows.
-struct CausalAttention::RowBlock {
-  RowBlock(DnnlEnv* env, int H, int hd, dt cdt, int r0_, int rows_,
-           bool accumulate)
-      : r0(r0_),
-        rows(rows_),
-        n(r0_ + rows_),
-        // S = scale Q_i K^T
-        qk(env, AttnDesc(Block(rows, hd, cdt), BlockT(n, hd, cdt),
-                         Block(rows, n, dt::f32),
-                         1.0f / std::sqrt(static_cast<float>(hd)))),
-        // O_i = P V
-        pv(env, AttnDesc(Block(rows, n, cdt), Block(n, hd, cdt),
-                         Block(rows, hd, cdt), 1.0f)),
-        // dP = dO_i V^T
-        dp(env, AttnDesc(Block(rows, hd, cdt), BlockT(n, hd, cdt),
-                         Block(rows, n, cdt), 1.0f)),
-        // dV[0, n) (+)= P^T dO_i, f32
-        dv(env, AttnDesc(BlockT(rows, n, cdt), Block(rows, hd, cdt),
-                         Block(n, hd, dt::f32), 1.0f, accumulate)),
-        // dQ_i = scale dS K
-        dq(env, AttnDesc(Block(rows, n, cdt), Block(n, hd, cdt),
-                         Block(rows, hd, cdt),
-                         1.0f / std::sqrt(static_cast<float>(hd)))),
-        // dK[0, n) (+)= scale dS^T Q_i, f32
-        dk(env, AttnDesc(BlockT(rows, n, cdt), Block(rows, hd, cdt),
-                         Block(n, hd, dt::f32),
-                         1.0f / std::sqrt(static_cast<float>(hd)),
-                         accumulate)),
-        s_md(PlainMd({H, rows, n}, dt::f32)),
-        p_md(PlainMd({H, rows, n}, cdt)) {
-    dnnl::primitive_attr attr;
-    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-    auto fwd_pd = dnnl::softmax_v2_forward::primitive_desc(
-        dnnl::softmax_v2_forward::desc(dnnl::prop_kind::forward_training,
-                                       dnnl::algorithm::softmax_accurate, s_md,
-                                       p_md, 2),
-        attr, env->engine);
-    softmax_fwd = dnnl::softmax_v2_forward(fwd_pd);
-    auto bwd_pd = dnnl::softmax_v2_backward::primitive_desc(
-        dnnl::softmax_v2_backward::desc(dnnl::algorithm::softmax_accurate,
-                                        p_md, p_md, p_md, 2),
-        attr, env->engine, fwd_pd);
-    softmax_bwd = dnnl::softmax_v2_backward(bwd_pd);
-    softmax_fwd_scratch_md = fwd_pd.scratchpad_desc();
-    softmax_bwd_scratch_md = bwd_pd.scratchpad_desc();
-  }
-  size_t scratchpad_bytes() const {
-    size_t bytes = 0;
-    for (size_t b : {qk.scratchpad_bytes(), pv.scratchpad_bytes(),
-                     dp.scratchpad_bytes(), dv.scratchpad_bytes(),
-                     dq.scratchpad_bytes(), dk.scratchpad_bytes(),
-                     softmax_fwd_scratch_md.get_size(),
-                     softmax_bwd_scratch_md.get_size()}) {
-      bytes = std::max(bytes, b);
-    }
-    return bytes;
-  }
-  int r0, rows, n;
-  Matmul qk, pv, dp, dv, dq, dk;
-  dnnl::memory::desc s_md, p_md;
-  dnnl::softmax_v2_forward softmax_fwd;
-  dnnl::softmax_v2_backward softmax_bwd;
-  dnnl::memory::desc softmax_fwd_scratch_md, softmax_bwd_scratch_md;
-};
-
-// One thread's buffers: its stream, one row block's scores and the f32 dK,
-// dV accumulators (bf16 only) and oneDNN scratchpad.
-struct CausalAttention::ThreadScratch {
-  explicit ThreadScratch(const dnnl::engine& engine, size_t bytes)
-      : stream(engine), buffer(bytes + 64) {}
-  dnnl::stream stream;
-  std::vector<char> buffer;
-  float* s = nullptr;    // (H, block_rows, T) f32 scores
-  void* p = nullptr;     // (H, block_rows, T) cdt probabilities
-  void* dp = nullptr;    // (H, block_rows, T) cdt
-  void* ds = nullptr;    // (H, block_rows, T) cdt
-  float* acc = nullptr;  // (2, H, T, hd) f32: dK, dV (bf16 only)
-  void* scratchpad = nullptr;
-};
-
-namespace {
-size_t Aligned(size_t bytes) { return (bytes + 63) / 64 * 64; }
-}  // namespace
-
-CausalAttention::CausalAttention(DnnlEnv* env, int T, int C, int H, dt cdt,
-                                 int block_rows)
-    : env_(env),
-      T_(T),
-      C_(C),
-      H_(H),
-      cdt_(cdt),
-      esize_(DtSize(cdt)),
-      head_bytes_(static_cast<size_t>(T) * C * DtSize(cdt)) {
-  const int rows = std::max(1, std::min(block_rows, T));
-  const int nb = (T + rows - 1) / rows;
-  for (int i = 0; i < nb; ++i) {
-    // The backward visits the last block first: it writes dK, dV; the
-    // others add to them.
-    blocks_.push_back(std::make_unique<RowBlock>(
-        env, H, C / H, cdt, i * rows, std::min(rows, T - i * rows),
-        /*accumulate=*/i != nb - 1));
-    scratchpad_bytes_ =
-        std::max(scratchpad_bytes_, blocks_.back()->scratchpad_bytes());
-  }
-  const size_t n = static_cast<size_t>(H) * rows * T;
-  per_thread_bytes_ = Aligned(n * 4) + 3 * Aligned(n * esize_);
-  if (cdt != dt::f32) per_thread_bytes_ += Aligned(size_t{2} * T * C * 4);
-}
-
-std::string CausalAttention::impl() const {
-  const RowBlock& b = *blocks_.front();
-  return std::to_string(blocks_.size()) + " row blocks; qk " + b.qk.impl() +
-         ", pv " + b.pv.impl() + ", dp " + b.dp.impl() + ", dv " +
-         b.dv.impl() + ", dq " + b.dq.impl() + ", dk " + b.dk.impl();
-}
-
-CausalAttention::~CausalAttention() = default;
-
-void CausalAttention::Probabilities(RowBlock& blk, ThreadScratch& ts,
-                                    const char* qkv_b) {
-  const size_t row_bytes = static_cast<size_t>(C_ / H_) * esize_;
-  const size_t head = static_cast<size_t>(T_) * row_bytes;  // one head
-  const int64_t tile = int64_t{blk.rows} * blk.n;
-  for (int h = 0; h < H_; ++h) {
-    blk.qk.RunOn(ts.stream, ts.scratchpad, qkv_b + h * head + blk.r0 * row_bytes,
-                 qkv_b + head_bytes_ + h * head, ts.s + h * tile);
-  }
-  // Causal mask on the diagonal tile: query r0 + r never sees keys after it.
-  for (int h = 0; h < H_; ++h) {
-    for (int r = 0; r < blk.rows; ++r) {
-      float* row = ts.s + h * tile + int64_t{r} * blk.n;
-      for (int s = blk.r0 + r + 1; s < blk.n; ++s) row[s] = -1e30f;
-    }
-  }
-  blk.softmax_fwd.execute(ts.stream,
-               {{DNNL_ARG_SRC, Mem(blk.s_md, env_, ts.s)},
-                {DNNL_ARG_DST, Mem(blk.p_md, env_, ts.p)},
-                {DNNL_ARG_SCRATCHPAD,
-                 Mem(blk.softmax_fwd_scratch_md, env_, ts.scratchpad)}});
-}
-
-void CausalAttention::Forward(const void* qkv, int B, void* out) {
-  const size_t qkv_seq = static_cast<size_t>(T_) * 3 * C_ * esize_;
-  const size_t out_seq = static_cast<size_t>(T_) * C_ * esize_;
-  const size_t row_bytes = static_cast<size_t>(C_ / H_) * esize_;
-  const size_t head = static_cast<size_t>(T_) * row_bytes;
-  const int nthreads = std::min(B, omp_get_max_threads());
-  EnsureThreads(nthreads);
-#pragma omp parallel for num_threads(nthreads) schedule(dynamic, 1)
-  for (int b = 0; b < B; ++b) {
-    ThreadScratch& ts = *threads_[omp_get_thread_num()];
-    const char* qkv_b = static_cast<const char*>(qkv) + b * qkv_seq;
-    char* out_b = static_cast<char*>(out) + b * out_seq;
-    for (const auto& blk : blocks_) {
-      Probabilities(*blk, ts, qkv_b);
-      const size_t p_tile = size_t{1} * blk->rows * blk->n * esize_;
-      for (int h = 0; h < H_; ++h) {
-        blk->pv.RunOn(ts.stream, ts.scratchpad,
-                      static_cast<char*>(ts.p) + h * p_tile,
-                      qkv_b + 2 * head_bytes_ + h * head,
-                      out_b + h * head + blk->r0 * row_bytes);
-      }
-    }
-  }
-}
-
-void CausalAttention::EnsureThreads(int nthreads) {
-  const int rows = blocks_.front()->rows;
-  const size_t n = static_cast<size_t>(H_) * rows * T_;
-  while (static_cast<int>(threads_.size()) < nthreads) {
-    auto ts = std::make_unique<ThreadScratch>(
-        env_->engine, per_thread_bytes_ + scratchpad_bytes_);
-    char* base = ts->buffer.data();
-    base += (64 - reinterpret_cast<uintptr_t>(base) % 64) % 64;
-    ts->s = reinterpret_cast<float*>(base);
-    base += Aligned(n * 4);
-    ts->p = base;
-    base += Aligned(n * esize_);
-    ts->dp = base;
-    base += Aligned(n * esize_);
-    ts->ds = base;
-    base += Aligned(n * esize_);
-    if (cdt_ != dt::f32) {
-      ts->acc = reinterpret_cast<float*>(base);
-      base += Aligned(size_t{2} * T_ * C_ * 4);
-    }
-    ts->scratchpad = base;
-    threads_.push_back(std::move(ts));
-  }
-}
-
-void CausalAttention::Backward(const void* qkv, const void* dout, int B,
-                               void* dqkv) {
-  const size_t qkv_seq = static_cast<size_t>(T_) * 3 * C_ * esize_;
-  const size_t out_seq = static_cast<size_t>(T_) * C_ * esize_;
-  const size_t row_bytes = static_cast<size_t>(C_ / H_) * esize_;
-  const int64_t head_elems = int64_t{T_} * C_;
-  const size_t head = static_cast<size_t>(T_) * row_bytes;  // one head
-  const size_t acc_head = static_cast<size_t>(T_) * (C_ / H_) * 4;  // f32
-  const int nthreads = std::min(B, omp_get_max_threads());
-  EnsureThreads(nthreads);
-#pragma omp parallel for num_threads(nthreads) schedule(dynamic, 1)
-  for (int b = 0; b < B; ++b) {
-    ThreadScratch& ts = *threads_[omp_get_thread_num()];
-    const char* qkv_b = static_cast<const char*>(qkv) + b * qkv_seq;
-    const char* dout_b = static_cast<const char*>(dout) + b * out_seq;
-    char* dqkv_b = static_cast<char*>(dqkv) + b * qkv_seq;
-    // dK, dV accumulate in f32: in place in f32, else in ts.acc.
-    void* dk_acc = cdt_ == dt::f32 ? static_cast<void*>(dqkv_b + head_bytes_)
-                                   : static_cast<void*>(ts.acc);
-    void* dv_acc = cdt_ == dt::f32
-                       ? static_cast<void*>(dqkv_b + 2 * head_bytes_)
-                       : static_cast<void*>(ts.acc + head_elems);
-    for (int i = static_cast<int>(blocks_.size()) - 1; i >= 0; --i) {
-      RowBlock& blk = *blocks_[i];
-      const size_t at = blk.r0 * row_bytes;
-      const size_t p_tile = size_t{1} * blk.rows * blk.n * esize_;
-      char* p = static_cast<char*>(ts.p);
-      char* dp = static_cast<char*>(ts.dp);
-      char* ds = static_cast<char*>(ts.ds);
-      Probabilities(blk, ts, qkv_b);
-      for (int h = 0; h < H_; ++h) {
-        const char* v_h = qkv_b + 2 * head_bytes_ + h * head;
-        blk.dp.RunOn(ts.stream, ts.scratchpad, dout_b + h * head + at, v_h,
-                     dp + h * p_tile);
-        blk.dv.RunOn(ts.stream, ts.scratchpad, p + h * p_tile,
-                     dout_b + h * head + at,
-                     static_cast<char*>(dv_acc) + h * acc_head);
-      }
-      blk.softmax_bwd.execute(ts.stream,
-                   {{DNNL_ARG_DST, Mem(blk.p_md, env_, ts.p)},
-                    {DNNL_ARG_DIFF_DST, Mem(blk.p_md, env_, ts.dp)},
-                    {DNNL_ARG_DIFF_SRC, Mem(blk.p_md, env_, ts.ds)},
-                    {DNNL_ARG_SCRATCHPAD,
-                     Mem(blk.softmax_bwd_scratch_md, env_, ts.scratchpad)}});
-      for (int h = 0; h < H_; ++h) {
-        blk.dq.RunOn(ts.stream, ts.scratchpad, ds + h * p_tile,
-                     qkv_b + head_bytes_ + h * head, dqkv_b + h * head + at);
-        blk.dk.RunOn(ts.stream, ts.scratchpad, ds + h * p_tile,
-                     qkv_b + h * head + at,
-                     static_cast<char*>(dk_acc) + h * acc_head);
-      }
-    }
-    if (cdt_ != dt::f32) {
-      auto* out = reinterpret_cast<uint16_t*>(dqkv_b + head_bytes_);
-      const float* acc = ts.acc;
-#pragma omp simd
-      for (int64_t j = 0; j < 2 * head_elems; ++j) out[j] = FloatToBf16(acc[j]);
-    }
-  }
 }
 
 // ---------------------------------------------------------------- loops

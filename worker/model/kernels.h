@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "oneapi/dnnl/dnnl.hpp"
@@ -71,6 +72,20 @@ class Matmul {
   void RunOn(dnnl::stream& stream, void* scratchpad, const void* a,
              const void* b, void* c);
   size_t scratchpad_bytes() const;
+  // The primitive with memory objects created once, for many RunOn-like
+  // calls from one thread: each Run only swaps data pointers (creating
+  // oneDNN memory objects per call cost ~15% of the attention's time).
+  // Same restrictions as RunOn; `scratchpad` is fixed at binding.
+  class Bound {
+   public:
+    Bound(const Matmul& matmul, const dnnl::engine& engine, void* scratchpad);
+    void Run(dnnl::stream& stream, const void* a, const void* b, void* c);
+
+   private:
+    const Matmul* matmul_;
+    dnnl::memory a_, b_, c_;
+    std::unordered_map<int, dnnl::memory> args_;
+  };
   // The weights layout the primitive runs with (b's, unless b was `any`).
   const dnnl::memory::desc& weights_md() const { return weights_md_; }
   // The implementation oneDNN picked (e.g. "brg:avx512_core").
@@ -198,80 +213,6 @@ class Convert {
   DnnlEnv* env_;
   dnnl::memory::desc src_md_, dst_md_;
   dnnl::reorder prim_;
-};
-
-// A layout permutation of a tensor with `dims`: element i of the source
-// (strides src_strides) goes to the same index of the destination
-// (dst_strides). Used to move q, k, v between the row-major (B, T, 3, H, hd)
-// the qkv projection writes and the head-major (B, 3, H, T, hd) attention
-// reads. Reference: the index loop in the tests.
-class Permute {
- public:
-  Permute(DnnlEnv* env, const Dims& dims, const Dims& src_strides,
-          const Dims& dst_strides, dt type);
-  void Run(const void* src, void* dst);
-
- private:
-  DnnlEnv* env_;
-  dnnl::memory::desc src_md_, dst_md_;
-  dnnl::reorder prim_;
-};
-
-// The four permutations around attention for (B, T) and C = H hd channels.
-struct HeadLayout {
-  HeadLayout(DnnlEnv* env, int B, int T, int C, int H, dt cdt);
-  Permute qkv_to_heads;    // (B, T, 3C) -> (B, 3, H, T, hd)
-  Permute out_from_heads;  // (B, H, T, hd) -> (B, T, C)
-  Permute dout_to_heads;   // (B, T, C) -> (B, H, T, hd)
-  Permute dqkv_from_heads; // (B, 3, H, T, hd) -> (B, T, 3C)
-};
-
-// Causal multi-head self-attention over sequences of length T with C = H hd
-// channels, on head-major tensors: qkv (B, 3, H, T, hd) -> out (B, H, T, hd),
-// in `cdt`, so every head's q, k, v, o is a dense (T, hd) block (oneDNN's
-// brgemm kernels take only dense operands). Each thread takes whole
-// sequences and walks the query rows in blocks of `block_rows`: block i
-// (rows [r0, r1)) only meets keys [0, r1), so the score tiles above the
-// diagonal are never computed (1/4 of the T x T work for T = 2 blocks,
-// about half for T >> block_rows). The matmuls of a block run one head at
-// a time (a key prefix of one head is dense, of all heads it is not); the
-// softmax covers all heads of the block. Per block: S = QK^T/sqrt(hd) +
-// causal mask on the diagonal tile (f32), P = softmax(S) (cdt), O = PV. The
-// backward recomputes S and P per block and accumulates dK, dV over the
-// blocks in f32 (a sum post-op). Scratch: one (H, block_rows, T) score
-// block per thread. Each oneDNN call is single-threaded inside one parallel
-// loop over sequences. Reference: ref::AttentionForward / AttentionBackward
-// (row-major; the tests compose them with HeadLayout).
-class CausalAttention {
- public:
-  CausalAttention(DnnlEnv* env, int T, int C, int H, dt cdt,
-                  int block_rows = 128);
-  ~CausalAttention();
-  void Forward(const void* qkv, int B, void* out);
-  // dqkv (B, 3, H, T, hd) overwritten.
-  void Backward(const void* qkv, const void* dout, int B, void* dqkv);
-  // Bytes of scratch one thread uses (scores f32 + P, dP, dS of one row
-  // block; f32 dK, dV accumulators of one sequence in bf16).
-  size_t scratch_bytes() const { return per_thread_bytes_; }
-  int blocks() const { return static_cast<int>(blocks_.size()); }
-  std::string impl() const;
-
- private:
-  struct ThreadScratch;
-  struct RowBlock;
-  void EnsureThreads(int nthreads);
-  // S, then P of row block `blk` of one sequence into ts.s / ts.p.
-  void Probabilities(RowBlock& blk, ThreadScratch& ts,
-                     const char* qkv_b);
-  DnnlEnv* env_;
-  int T_, C_, H_;
-  dt cdt_;
-  size_t esize_;
-  size_t head_bytes_;  // one of q, k, v of one sequence: H T hd elements
-  size_t per_thread_bytes_ = 0;
-  size_t scratchpad_bytes_ = 0;
-  std::vector<std::unique_ptr<RowBlock>> blocks_;
-  std::vector<std::unique_ptr<ThreadScratch>> threads_;
 };
 
 // Fused softmax + cross-entropy over rows of logits (M, V) f32: returns the

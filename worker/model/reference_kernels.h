@@ -128,6 +128,39 @@ void GeluBackward(const F* x, const F* dy, int64_t n, F* dx) {
   }
 }
 
+// Causal softmax of a row block (the kernel CausalSoftmax): row i of s
+// (rows_total rows of length n) is query r0 + i % rows and keeps keys
+// [0, query]; p gets zeros after them.
+template <typename F>
+void CausalSoftmax(const F* s, int rows_total, int rows, int n, int r0, F* p) {
+  for (int i = 0; i < rows_total; ++i) {
+    const int kept = r0 + i % rows + 1;
+    const F* row = s + int64_t{i} * n;
+    F* out = p + int64_t{i} * n;
+    F mx = row[0];
+    for (int j = 1; j < kept; ++j) mx = std::max(mx, row[j]);
+    F sum = 0;
+    for (int j = 0; j < kept; ++j) sum += std::exp(row[j] - mx);
+    for (int j = 0; j < n; ++j) out[j] = j < kept ? std::exp(row[j] - mx) / sum : F(0);
+  }
+}
+
+// Its backward: ds_j = p_j (dp_j - sum_k p_k dp_k) on the kept keys.
+template <typename F>
+void CausalSoftmaxBackward(const F* p, const F* dp, int rows_total, int rows,
+                           int n, int r0, F* ds) {
+  for (int i = 0; i < rows_total; ++i) {
+    const int kept = r0 + i % rows + 1;
+    const F* pr = p + int64_t{i} * n;
+    const F* dpr = dp + int64_t{i} * n;
+    F dot = 0;
+    for (int j = 0; j < kept; ++j) dot += pr[j] * dpr[j];
+    for (int j = 0; j < n; ++j) {
+      ds[int64_t{i} * n + j] = j < kept ? pr[j] * (dpr[j] - dot) : F(0);
+    }
+  }
+}
+
 // p[0..t] = softmax over s <= t of q_t . k_s / sqrt(hd), for sequence b,
 // head h (the causal attention row of query t).
 template <typename F>

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "worker/model/attention.h"
 #include "worker/model/reference_kernels.h"
 
 namespace gasloc::kernels {
@@ -223,6 +224,38 @@ TEST_P(KernelTest, CausalAttentionMatchesReference) {
             size_t{H} * rows * T * (4 + 3 * DtSize(cdt)) +
                 (cdt == dt::bf16 ? size_t{2} * T * C * 4 : 0) + 5 * 64);
   }
+}
+
+TEST_P(KernelTest, CausalSoftmaxMatchesReference) {
+  const dt cdt = GetParam();
+  // Two heads of a 5-row block at query offset 14 over n = 19 keys: rows
+  // keep 15..19 keys (vector part plus tails) and zeros after.
+  const int H = 2, rows = 5, n = 19, r0 = 14, total = H * rows;
+  std::vector<float> s = Random(total * n, 21), s_copy = s;
+  for (float& v : s) v *= 4.0f;
+  s_copy = s;
+  Buf p(total * n, cdt);
+  CausalSoftmax(s.data(), H, rows, n, r0, cdt, p.data());
+  std::vector<float> want(total * n);
+  ref::CausalSoftmax(s_copy.data(), total, rows, n, r0, want.data());
+  const std::vector<float> got = p.Get();
+  EXPECT_LT(RelErr(got, want), cdt == dt::bf16 ? 4e-3 : 1e-6);
+  for (int i = 0; i < total; ++i) {
+    for (int j = r0 + i % rows + 1; j < n; ++j) EXPECT_EQ(got[i * n + j], 0.0f);
+  }
+  // Backward from the kernel's own probabilities.
+  Buf dp(total * n, cdt), ds(total * n, cdt);
+  dp.Set(Random(total * n, 22));
+  CausalSoftmaxBackward(p.data(), dp.data(), H, rows, n, r0, cdt, ds.data());
+  std::vector<float> want_ds(total * n);
+  ref::CausalSoftmaxBackward(got.data(), dp.f.data(), total, rows, n, r0,
+                             want_ds.data());
+  EXPECT_LT(RelErr(ds.Get(), want_ds), cdt == dt::bf16 ? 8e-3 : 1e-6);
+  // A NaN score poisons its row instead of vanishing.
+  s = s_copy;
+  s[3 * n + 2] = std::nanf("");
+  CausalSoftmax(s.data(), H, rows, n, r0, cdt, p.data());
+  EXPECT_TRUE(std::isnan(p.Get()[3 * n]));
 }
 
 TEST_P(KernelTest, HeadLayoutPermutesAsDocumented) {

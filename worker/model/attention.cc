@@ -1,0 +1,430 @@
+#include "worker/model/attention.h"
+
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "worker/model/vector_math.h"
+
+namespace gasloc::kernels {
+
+using vmath::Exp8NonPositive;
+using vmath::ExpNonPositive;
+using vmath::HorizontalMax8;
+using vmath::HorizontalSum8;
+using vmath::Load8;
+using vmath::LoadOne;
+using vmath::Store8;
+using vmath::StoreOne;
+
+// ---------------------------------------------------------------- layouts
+
+Permute::Permute(DnnlEnv* env, const Dims& dims, const Dims& src_strides,
+                 const Dims& dst_strides, dt type)
+    : env_(env),
+      src_md_(StridedMd(dims, type, src_strides)),
+      dst_md_(StridedMd(dims, type, dst_strides)) {
+  prim_ = dnnl::reorder(
+      dnnl::reorder::primitive_desc(env->engine, src_md_, env->engine, dst_md_));
+}
+
+void Permute::Run(const void* src, void* dst) {
+  dnnl::memory src_mem(src_md_, env_->engine, const_cast<void*>(src));
+  dnnl::memory dst_mem(dst_md_, env_->engine, dst);
+  prim_.execute(env_->stream, src_mem, dst_mem);
+  env_->stream.wait();
+}
+
+namespace {
+
+// Strides (in elements) of (B, T, 3, H, hd) index order for both layouts.
+Dims RowMajorQkv(int T, int C, int H) {
+  const int64_t hd = C / H;
+  return {int64_t{T} * 3 * C, 3 * C, C, hd, 1};
+}
+Dims HeadMajorQkv(int T, int C, int H) {
+  const int64_t hd = C / H;
+  return {int64_t{T} * 3 * C, hd, int64_t{T} * C, int64_t{T} * hd, 1};
+}
+// Strides of (B, T, H, hd) index order.
+Dims RowMajorOut(int T, int C, int H) {
+  const int64_t hd = C / H;
+  return {int64_t{T} * C, C, hd, 1};
+}
+Dims HeadMajorOut(int T, int C, int H) {
+  const int64_t hd = C / H;
+  return {int64_t{T} * C, hd, int64_t{T} * hd, 1};
+}
+
+}  // namespace
+
+HeadLayout::HeadLayout(DnnlEnv* env, int B, int T, int C, int H, dt cdt)
+    : qkv_to_heads(env, {B, T, 3, H, C / H}, RowMajorQkv(T, C, H),
+                   HeadMajorQkv(T, C, H), cdt),
+      out_from_heads(env, {B, T, H, C / H}, HeadMajorOut(T, C, H),
+                     RowMajorOut(T, C, H), cdt),
+      dout_to_heads(env, {B, T, H, C / H}, RowMajorOut(T, C, H),
+                    HeadMajorOut(T, C, H), cdt),
+      dqkv_from_heads(env, {B, T, 3, H, C / H}, HeadMajorQkv(T, C, H),
+                      RowMajorQkv(T, C, H), cdt) {}
+
+// ---------------------------------------------------------------- attention
+
+namespace {
+
+Matmul::Desc AttnDesc(dnnl::memory::desc a, dnnl::memory::desc b,
+                      dnnl::memory::desc c, float scale,
+                      bool accumulate = false) {
+  Matmul::Desc d;
+  d.a = a;
+  d.b = b;
+  d.c = c;
+  d.scale = scale;
+  d.user_scratchpad = true;
+  d.accumulate = accumulate;
+  return d;
+}
+
+// One head's (rows, cols) dense block, and the transpose view (cols, rows)
+// of a dense (rows, cols) block. oneDNN's brgemm kernels take only dense
+// operands (a strided batch falls back to a slower gemm), so the row
+// blocks run one head at a time: a prefix of a head's rows is dense.
+dnnl::memory::desc Block(int rows, int cols, dt type) {
+  return PlainMd({rows, cols}, type);
+}
+dnnl::memory::desc BlockT(int rows, int cols, dt type) {
+  return StridedMd({cols, rows}, type, {1, cols});
+}
+
+}  // namespace
+
+// The primitives of one row block, per head: query rows [r0, r0 + rows)
+// against keys [0, n), n = r0 + rows.
+struct CausalAttention::RowBlock {
+  RowBlock(DnnlEnv* env, int H, int hd, dt cdt, int r0_, int rows_,
+           bool accumulate)
+      : r0(r0_),
+        rows(rows_),
+        n(r0_ + rows_),
+        // S = scale Q_i K^T
+        qk(env, AttnDesc(Block(rows, hd, cdt), BlockT(n, hd, cdt),
+                         Block(rows, n, dt::f32),
+                         1.0f / std::sqrt(static_cast<float>(hd)))),
+        // O_i = P V
+        pv(env, AttnDesc(Block(rows, n, cdt), Block(n, hd, cdt),
+                         Block(rows, hd, cdt), 1.0f)),
+        // dP = dO_i V^T
+        dp(env, AttnDesc(Block(rows, hd, cdt), BlockT(n, hd, cdt),
+                         Block(rows, n, cdt), 1.0f)),
+        // dV[0, n) (+)= P^T dO_i, f32
+        dv(env, AttnDesc(BlockT(rows, n, cdt), Block(rows, hd, cdt),
+                         Block(n, hd, dt::f32), 1.0f, accumulate)),
+        // dQ_i = scale dS K
+        dq(env, AttnDesc(Block(rows, n, cdt), Block(n, hd, cdt),
+                         Block(rows, hd, cdt),
+                         1.0f / std::sqrt(static_cast<float>(hd)))),
+        // dK[0, n) (+)= scale dS^T Q_i, f32
+        dk(env, AttnDesc(BlockT(rows, n, cdt), Block(rows, hd, cdt),
+                         Block(n, hd, dt::f32),
+                         1.0f / std::sqrt(static_cast<float>(hd)),
+                         accumulate)) {}
+  size_t scratchpad_bytes() const {
+    size_t bytes = 0;
+    for (size_t b : {qk.scratchpad_bytes(), pv.scratchpad_bytes(),
+                     dp.scratchpad_bytes(), dv.scratchpad_bytes(),
+                     dq.scratchpad_bytes(), dk.scratchpad_bytes()}) {
+      bytes = std::max(bytes, b);
+    }
+    return bytes;
+  }
+  int r0, rows, n;
+  Matmul qk, pv, dp, dv, dq, dk;
+};
+
+// One thread's buffers: its stream, one row block's scores, the f32 dK, dV
+// accumulators (bf16 only), oneDNN scratchpad, and each block's matmuls
+// bound to this thread's memory objects.
+struct CausalAttention::ThreadScratch {
+  struct BlockCalls {
+    BlockCalls(const RowBlock& b, const dnnl::engine& engine, void* pad)
+        : qk(b.qk, engine, pad),
+          pv(b.pv, engine, pad),
+          dp(b.dp, engine, pad),
+          dv(b.dv, engine, pad),
+          dq(b.dq, engine, pad),
+          dk(b.dk, engine, pad) {}
+    Matmul::Bound qk, pv, dp, dv, dq, dk;
+  };
+  explicit ThreadScratch(const dnnl::engine& engine, size_t bytes)
+      : stream(engine), buffer(bytes + 64) {}
+  dnnl::stream stream;
+  std::vector<char> buffer;
+  float* s = nullptr;    // (H, block_rows, T) f32 scores
+  void* p = nullptr;     // (H, block_rows, T) cdt probabilities
+  void* dp = nullptr;    // (H, block_rows, T) cdt
+  void* ds = nullptr;    // (H, block_rows, T) cdt
+  float* acc = nullptr;  // (2, H, T, hd) f32: dK, dV (bf16 only)
+  void* scratchpad = nullptr;
+  std::vector<std::unique_ptr<BlockCalls>> calls;  // one per row block
+};
+
+namespace {
+size_t Aligned(size_t bytes) { return (bytes + 63) / 64 * 64; }
+}  // namespace
+
+CausalAttention::CausalAttention(DnnlEnv* env, int T, int C, int H, dt cdt,
+                                 int block_rows)
+    : env_(env),
+      T_(T),
+      C_(C),
+      H_(H),
+      cdt_(cdt),
+      esize_(DtSize(cdt)),
+      head_bytes_(static_cast<size_t>(T) * C * DtSize(cdt)) {
+  const int rows = std::max(1, std::min(block_rows, T));
+  const int nb = (T + rows - 1) / rows;
+  for (int i = 0; i < nb; ++i) {
+    // The backward visits the last block first: it writes dK, dV; the
+    // others add to them.
+    blocks_.push_back(std::make_unique<RowBlock>(
+        env, H, C / H, cdt, i * rows, std::min(rows, T - i * rows),
+        /*accumulate=*/i != nb - 1));
+    scratchpad_bytes_ =
+        std::max(scratchpad_bytes_, blocks_.back()->scratchpad_bytes());
+  }
+  const size_t n = static_cast<size_t>(H) * rows * T;
+  per_thread_bytes_ = Aligned(n * 4) + 3 * Aligned(n * esize_);
+  if (cdt != dt::f32) per_thread_bytes_ += Aligned(size_t{2} * T * C * 4);
+}
+
+std::string CausalAttention::impl() const {
+  const RowBlock& b = *blocks_.front();
+  return std::to_string(blocks_.size()) + " row blocks; qk " + b.qk.impl() +
+         ", pv " + b.pv.impl() + ", dp " + b.dp.impl() + ", dv " +
+         b.dv.impl() + ", dq " + b.dq.impl() + ", dk " + b.dk.impl() +
+         "; causal softmax: own loops";
+}
+
+CausalAttention::~CausalAttention() = default;
+
+void CausalAttention::Probabilities(int block, ThreadScratch& ts,
+                                    const char* qkv_b) {
+  const RowBlock& blk = *blocks_[block];
+  Matmul::Bound& qk = ts.calls[block]->qk;
+  const size_t row_bytes = static_cast<size_t>(C_ / H_) * esize_;
+  const size_t head = static_cast<size_t>(T_) * row_bytes;  // one head
+  const int64_t tile = int64_t{blk.rows} * blk.n;
+  for (int h = 0; h < H_; ++h) {
+    qk.Run(ts.stream, qkv_b + h * head + blk.r0 * row_bytes,
+           qkv_b + head_bytes_ + h * head, ts.s + h * tile);
+  }
+  CausalSoftmax(ts.s, H_, blk.rows, blk.n, blk.r0, cdt_, ts.p);
+}
+
+void CausalAttention::Forward(const void* qkv, int B, void* out) {
+  const size_t qkv_seq = static_cast<size_t>(T_) * 3 * C_ * esize_;
+  const size_t out_seq = static_cast<size_t>(T_) * C_ * esize_;
+  const size_t row_bytes = static_cast<size_t>(C_ / H_) * esize_;
+  const size_t head = static_cast<size_t>(T_) * row_bytes;
+  const int nthreads = std::min(B, omp_get_max_threads());
+  EnsureThreads(nthreads);
+#pragma omp parallel for num_threads(nthreads) schedule(dynamic, 1)
+  for (int b = 0; b < B; ++b) {
+    ThreadScratch& ts = *threads_[omp_get_thread_num()];
+    const char* qkv_b = static_cast<const char*>(qkv) + b * qkv_seq;
+    char* out_b = static_cast<char*>(out) + b * out_seq;
+    for (int i = 0; i < blocks(); ++i) {
+      const RowBlock& blk = *blocks_[i];
+      Probabilities(i, ts, qkv_b);
+      const size_t p_tile = size_t{1} * blk.rows * blk.n * esize_;
+      for (int h = 0; h < H_; ++h) {
+        ts.calls[i]->pv.Run(ts.stream, static_cast<char*>(ts.p) + h * p_tile,
+                            qkv_b + 2 * head_bytes_ + h * head,
+                            out_b + h * head + blk.r0 * row_bytes);
+      }
+    }
+  }
+}
+
+void CausalAttention::EnsureThreads(int nthreads) {
+  const int rows = blocks_.front()->rows;
+  const size_t n = static_cast<size_t>(H_) * rows * T_;
+  while (static_cast<int>(threads_.size()) < nthreads) {
+    auto ts = std::make_unique<ThreadScratch>(
+        env_->engine, per_thread_bytes_ + scratchpad_bytes_);
+    char* base = ts->buffer.data();
+    base += (64 - reinterpret_cast<uintptr_t>(base) % 64) % 64;
+    ts->s = reinterpret_cast<float*>(base);
+    base += Aligned(n * 4);
+    ts->p = base;
+    base += Aligned(n * esize_);
+    ts->dp = base;
+    base += Aligned(n * esize_);
+    ts->ds = base;
+    base += Aligned(n * esize_);
+    if (cdt_ != dt::f32) {
+      ts->acc = reinterpret_cast<float*>(base);
+      base += Aligned(size_t{2} * T_ * C_ * 4);
+    }
+    ts->scratchpad = base;
+    for (const auto& blk : blocks_) {
+      ts->calls.push_back(std::make_unique<ThreadScratch::BlockCalls>(
+          *blk, env_->engine, ts->scratchpad));
+    }
+    threads_.push_back(std::move(ts));
+  }
+}
+
+void CausalAttention::Backward(const void* qkv, const void* dout, int B,
+                               void* dqkv) {
+  const size_t qkv_seq = static_cast<size_t>(T_) * 3 * C_ * esize_;
+  const size_t out_seq = static_cast<size_t>(T_) * C_ * esize_;
+  const size_t row_bytes = static_cast<size_t>(C_ / H_) * esize_;
+  const int64_t head_elems = int64_t{T_} * C_;
+  const size_t head = static_cast<size_t>(T_) * row_bytes;  // one head
+  const size_t acc_head = static_cast<size_t>(T_) * (C_ / H_) * 4;  // f32
+  const int nthreads = std::min(B, omp_get_max_threads());
+  EnsureThreads(nthreads);
+#pragma omp parallel for num_threads(nthreads) schedule(dynamic, 1)
+  for (int b = 0; b < B; ++b) {
+    ThreadScratch& ts = *threads_[omp_get_thread_num()];
+    const char* qkv_b = static_cast<const char*>(qkv) + b * qkv_seq;
+    const char* dout_b = static_cast<const char*>(dout) + b * out_seq;
+    char* dqkv_b = static_cast<char*>(dqkv) + b * qkv_seq;
+    // dK, dV accumulate in f32: in place in f32, else in ts.acc.
+    void* dk_acc = cdt_ == dt::f32 ? static_cast<void*>(dqkv_b + head_bytes_)
+                                   : static_cast<void*>(ts.acc);
+    void* dv_acc = cdt_ == dt::f32
+                       ? static_cast<void*>(dqkv_b + 2 * head_bytes_)
+                       : static_cast<void*>(ts.acc + head_elems);
+    for (int i = blocks() - 1; i >= 0; --i) {
+      const RowBlock& blk = *blocks_[i];
+      ThreadScratch::BlockCalls& calls = *ts.calls[i];
+      const size_t at = blk.r0 * row_bytes;
+      const size_t p_tile = size_t{1} * blk.rows * blk.n * esize_;
+      char* p = static_cast<char*>(ts.p);
+      char* dp = static_cast<char*>(ts.dp);
+      char* ds = static_cast<char*>(ts.ds);
+      Probabilities(i, ts, qkv_b);
+      for (int h = 0; h < H_; ++h) {
+        const char* v_h = qkv_b + 2 * head_bytes_ + h * head;
+        calls.dp.Run(ts.stream, dout_b + h * head + at, v_h, dp + h * p_tile);
+        calls.dv.Run(ts.stream, p + h * p_tile, dout_b + h * head + at,
+                     static_cast<char*>(dv_acc) + h * acc_head);
+      }
+      CausalSoftmaxBackward(ts.p, ts.dp, H_, blk.rows, blk.n, blk.r0, cdt_,
+                            ts.ds);
+      for (int h = 0; h < H_; ++h) {
+        calls.dq.Run(ts.stream, ds + h * p_tile,
+                     qkv_b + head_bytes_ + h * head, dqkv_b + h * head + at);
+        calls.dk.Run(ts.stream, ds + h * p_tile, qkv_b + h * head + at,
+                     static_cast<char*>(dk_acc) + h * acc_head);
+      }
+    }
+    if (cdt_ != dt::f32) {
+      // dK, dV are adjacent in both layouts: one conversion of 2 T C values.
+      auto* out = reinterpret_cast<uint16_t*>(dqkv_b + head_bytes_);
+      const int64_t n = 2 * head_elems, n8 = n / 8 * 8;
+      for (int64_t j = 0; j < n8; j += 8) Store8(Load8(ts.acc + j), out + j);
+      for (int64_t j = n8; j < n; ++j) out[j] = FloatToBf16(ts.acc[j]);
+    }
+  }
+}
+
+// ---------------------------------------------------------------- softmax
+
+namespace {
+
+template <typename T>
+void CausalSoftmaxOf(float* s, int H, int rows, int n, int r0, T* p) {
+  for (int64_t hr = 0; hr < int64_t{H} * rows; ++hr) {
+    float* row = s + hr * n;
+    T* out = p + hr * n;
+    const int kept = r0 + static_cast<int>(hr % rows) + 1;  // keys <= query
+    const int kept8 = kept / 8 * 8;
+    __m256 vmax = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+    for (int j = 0; j < kept8; j += 8) {
+      vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(row + j));
+    }
+    float mx = HorizontalMax8(vmax);
+    for (int j = kept8; j < kept; ++j) mx = std::max(mx, row[j]);
+    // exp(s - max) in place, and its sum (a NaN score gives a NaN row).
+    const __m256 mx8 = _mm256_set1_ps(mx);
+    __m256 vsum = _mm256_setzero_ps();
+    for (int j = 0; j < kept8; j += 8) {
+      const __m256 e =
+          Exp8NonPositive(_mm256_sub_ps(_mm256_loadu_ps(row + j), mx8));
+      _mm256_storeu_ps(row + j, e);
+      vsum = _mm256_add_ps(vsum, e);
+    }
+    float sum = HorizontalSum8(vsum);
+    for (int j = kept8; j < kept; ++j) {
+      row[j] = ExpNonPositive(row[j] - mx);
+      sum += row[j];
+    }
+    const float inv = 1.0f / sum;
+    const __m256 inv8 = _mm256_set1_ps(inv);
+    for (int j = 0; j < kept8; j += 8) {
+      Store8(_mm256_mul_ps(_mm256_loadu_ps(row + j), inv8), out + j);
+    }
+    for (int j = kept8; j < kept; ++j) StoreOne(row[j] * inv, out + j);
+    // All-zero bits are +0 in f32 and bf16.
+    std::memset(out + kept, 0, sizeof(T) * (n - kept));
+  }
+}
+
+template <typename T>
+void CausalSoftmaxBackwardOf(const T* p, const T* dp, int H, int rows, int n,
+                             int r0, T* ds) {
+  for (int64_t hr = 0; hr < int64_t{H} * rows; ++hr) {
+    const T* pr = p + hr * n;
+    const T* dpr = dp + hr * n;
+    T* out = ds + hr * n;
+    const int kept = r0 + static_cast<int>(hr % rows) + 1;
+    const int kept8 = kept / 8 * 8;
+    __m256 vdot = _mm256_setzero_ps();
+    for (int j = 0; j < kept8; j += 8) {
+      vdot = _mm256_fmadd_ps(Load8(pr + j), Load8(dpr + j), vdot);
+    }
+    float dot = HorizontalSum8(vdot);
+    for (int j = kept8; j < kept; ++j) dot += LoadOne(pr + j) * LoadOne(dpr + j);
+    const __m256 dot8 = _mm256_set1_ps(dot);
+    for (int j = 0; j < kept8; j += 8) {
+      Store8(_mm256_mul_ps(Load8(pr + j), _mm256_sub_ps(Load8(dpr + j), dot8)),
+             out + j);
+    }
+    for (int j = kept8; j < kept; ++j) {
+      StoreOne(LoadOne(pr + j) * (LoadOne(dpr + j) - dot), out + j);
+    }
+    std::memset(out + kept, 0, sizeof(T) * (n - kept));
+  }
+}
+
+}  // namespace
+
+void CausalSoftmax(float* s, int H, int rows, int n, int r0, dt cdt, void* p) {
+  if (cdt == dt::bf16) {
+    CausalSoftmaxOf(s, H, rows, n, r0, static_cast<uint16_t*>(p));
+  } else {
+    CausalSoftmaxOf(s, H, rows, n, r0, static_cast<float*>(p));
+  }
+}
+
+void CausalSoftmaxBackward(const void* p, const void* dp, int H, int rows,
+                           int n, int r0, dt cdt, void* ds) {
+  if (cdt == dt::bf16) {
+    CausalSoftmaxBackwardOf(static_cast<const uint16_t*>(p),
+                            static_cast<const uint16_t*>(dp), H, rows, n, r0,
+                            static_cast<uint16_t*>(ds));
+  } else {
+    CausalSoftmaxBackwardOf(static_cast<const float*>(p),
+                            static_cast<const float*>(dp), H, rows, n, r0,
+                            static_cast<float*>(ds));
+  }
+}
+
+}  // namespace gasloc::kernels
