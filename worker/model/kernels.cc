@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <unordered_map>
 
 #include "worker/model/vector_math.h"
@@ -380,6 +381,7 @@ void Gelu::Backward(const void* x, const void* dy, void* dx) {
 namespace {
 
 using vmath::Exp8NonPositive;
+using vmath::Exp8NonPositiveBf16Grade;
 using vmath::ExpNonPositive;
 using vmath::Load8;
 using vmath::Store8;
@@ -405,6 +407,7 @@ inline void GeluAndDerivative(float x, float* g, float* gd) {
 struct Gelu8 {
   __m256 g, gd;
 };
+template <bool kBf16Grade>
 inline Gelu8 GeluAndDerivative8(__m256 x) {
   const __m256 one = _mm256_set1_ps(1.0f);
   const __m256 sign = _mm256_set1_ps(-0.0f);
@@ -413,9 +416,12 @@ inline Gelu8 GeluAndDerivative8(__m256 x) {
   // t = 1 / (1 + p |u|): approximate reciprocal + one Newton step (~23 bits).
   const __m256 den = _mm256_fmadd_ps(_mm256_set1_ps(0.3275911f), au, one);
   __m256 t = _mm256_rcp_ps(den);
-  t = _mm256_mul_ps(t, _mm256_fnmadd_ps(den, t, _mm256_set1_ps(2.0f)));
+  if (!kBf16Grade) {
+    t = _mm256_mul_ps(t, _mm256_fnmadd_ps(den, t, _mm256_set1_ps(2.0f)));
+  }
   // e = exp(-u^2)
-  const __m256 e = Exp8NonPositive(_mm256_mul_ps(_mm256_xor_ps(u, sign), u));
+  const __m256 z = _mm256_mul_ps(_mm256_xor_ps(u, sign), u);
+  const __m256 e = kBf16Grade ? Exp8NonPositiveBf16Grade(z) : Exp8NonPositive(z);
   __m256 poly = _mm256_fmadd_ps(_mm256_set1_ps(1.061405429f), t,
                                 _mm256_set1_ps(-1.453152027f));
   poly = _mm256_fmadd_ps(poly, t, _mm256_set1_ps(1.421413741f));
@@ -446,7 +452,8 @@ void GeluWithDerivativeOf(const T* in, int64_t n, T* g, T* gd) {
   const int64_t n8 = n / 8 * 8;
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n8; i += 8) {
-    const Gelu8 r = GeluAndDerivative8(Load8(in + i));
+    const Gelu8 r =
+        GeluAndDerivative8<std::is_same_v<T, uint16_t>>(Load8(in + i));
     Store8(r.g, g + i);
     Store8(r.gd, gd + i);
   }

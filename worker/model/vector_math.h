@@ -57,6 +57,24 @@ inline __m256 Exp8NonPositive(__m256 z) {
   return _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
 }
 
+// exp(z) for z <= 0 to bf16 accuracy (relative error < 5e-5, against bf16's
+// 3.9e-3 resolution): a degree-4 polynomial, two FMAs fewer.
+inline __m256 Exp8NonPositiveBf16Grade(__m256 z) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  z = _mm256_max_ps(_mm256_set1_ps(-87.0f), z);
+  const __m256 k = _mm256_floor_ps(_mm256_fmadd_ps(
+      z, _mm256_set1_ps(1.44269504f), _mm256_set1_ps(0.5f)));
+  const __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693147181f), z);
+  __m256 p = _mm256_set1_ps(1.0f / 24.0f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+  p = _mm256_fmadd_ps(p, r, one);
+  p = _mm256_fmadd_ps(p, r, one);
+  const __m256i bits = _mm256_slli_epi32(
+      _mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
+}
+
 // Sum of the 8 lanes.
 inline float HorizontalSum8(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
