@@ -7,12 +7,14 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "worker/model/vector_math.h"
 
 namespace gasloc::kernels {
 
 using vmath::Exp8NonPositive;
+using vmath::Exp8NonPositiveBf16Grade;
 using vmath::ExpNonPositive;
 using vmath::HorizontalMax8;
 using vmath::HorizontalSum8;
@@ -212,7 +214,8 @@ std::string CausalAttention::impl() const {
 CausalAttention::~CausalAttention() = default;
 
 void CausalAttention::Probabilities(int block, ThreadScratch& ts,
-                                    const char* qkv_b) {
+                                    const char* qkv_b, float* lse_b,
+                                    bool lse_known) {
   const RowBlock& blk = *blocks_[block];
   Matmul::Bound& qk = ts.calls[block]->qk;
   const size_t row_bytes = static_cast<size_t>(C_ / H_) * esize_;
@@ -222,10 +225,17 @@ void CausalAttention::Probabilities(int block, ThreadScratch& ts,
     qk.Run(ts.stream, qkv_b + h * head + blk.r0 * row_bytes,
            qkv_b + head_bytes_ + h * head, ts.s + h * tile);
   }
-  CausalSoftmax(ts.s, H_, blk.rows, blk.n, blk.r0, cdt_, ts.p);
+  if (lse_known) {
+    CausalSoftmaxFromLse(ts.s, lse_b + blk.r0, T_, H_, blk.rows, blk.n,
+                         blk.r0, cdt_, ts.p);
+  } else {
+    CausalSoftmax(ts.s, H_, blk.rows, blk.n, blk.r0, cdt_, ts.p,
+                  lse_b + blk.r0, T_);
+  }
 }
 
-void CausalAttention::Forward(const void* qkv, int B, void* out) {
+void CausalAttention::Forward(const void* qkv, int B, void* out,
+                              float* lse) {
   const size_t qkv_seq = static_cast<size_t>(T_) * 3 * C_ * esize_;
   const size_t out_seq = static_cast<size_t>(T_) * C_ * esize_;
   const size_t row_bytes = static_cast<size_t>(C_ / H_) * esize_;
@@ -239,7 +249,8 @@ void CausalAttention::Forward(const void* qkv, int B, void* out) {
     char* out_b = static_cast<char*>(out) + b * out_seq;
     for (int i = 0; i < blocks(); ++i) {
       const RowBlock& blk = *blocks_[i];
-      Probabilities(i, ts, qkv_b);
+      Probabilities(i, ts, qkv_b, lse + int64_t{b} * H_ * T_,
+                    /*lse_known=*/false);
       const size_t p_tile = size_t{1} * blk.rows * blk.n * esize_;
       for (int h = 0; h < H_; ++h) {
         ts.calls[i]->pv.Run(ts.stream, static_cast<char*>(ts.p) + h * p_tile,
@@ -279,8 +290,8 @@ void CausalAttention::EnsureThreads(int nthreads) {
   }
 }
 
-void CausalAttention::Backward(const void* qkv, const void* dout, int B,
-                               void* dqkv) {
+void CausalAttention::Backward(const void* qkv, const float* lse,
+                               const void* dout, int B, void* dqkv) {
   const size_t qkv_seq = static_cast<size_t>(T_) * 3 * C_ * esize_;
   const size_t out_seq = static_cast<size_t>(T_) * C_ * esize_;
   const size_t row_bytes = static_cast<size_t>(C_ / H_) * esize_;
@@ -309,7 +320,9 @@ void CausalAttention::Backward(const void* qkv, const void* dout, int B,
       char* p = static_cast<char*>(ts.p);
       char* dp = static_cast<char*>(ts.dp);
       char* ds = static_cast<char*>(ts.ds);
-      Probabilities(i, ts, qkv_b);
+      Probabilities(i, ts, qkv_b,
+                    const_cast<float*>(lse) + int64_t{b} * H_ * T_,
+                    /*lse_known=*/true);
       for (int h = 0; h < H_; ++h) {
         const char* v_h = qkv_b + 2 * head_bytes_ + h * head;
         calls.dp.Run(ts.stream, dout_b + h * head + at, v_h, dp + h * p_tile);
@@ -339,12 +352,24 @@ void CausalAttention::Backward(const void* qkv, const void* dout, int B,
 
 namespace {
 
+// Exp of non-positive arguments at the accuracy the storage type needs.
 template <typename T>
-void CausalSoftmaxOf(float* s, int H, int rows, int n, int r0, T* p) {
+inline __m256 Exp8For(__m256 z) {
+  if constexpr (std::is_same_v<T, uint16_t>) {
+    return Exp8NonPositiveBf16Grade(z);
+  } else {
+    return Exp8NonPositive(z);
+  }
+}
+
+template <typename T>
+void CausalSoftmaxOf(float* s, int H, int rows, int n, int r0, T* p,
+                     float* lse, int64_t lse_stride) {
   for (int64_t hr = 0; hr < int64_t{H} * rows; ++hr) {
     float* row = s + hr * n;
     T* out = p + hr * n;
-    const int kept = r0 + static_cast<int>(hr % rows) + 1;  // keys <= query
+    const int r = static_cast<int>(hr % rows);
+    const int kept = r0 + r + 1;  // keys <= query
     const int kept8 = kept / 8 * 8;
     __m256 vmax = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
     for (int j = 0; j < kept8; j += 8) {
@@ -357,7 +382,7 @@ void CausalSoftmaxOf(float* s, int H, int rows, int n, int r0, T* p) {
     __m256 vsum = _mm256_setzero_ps();
     for (int j = 0; j < kept8; j += 8) {
       const __m256 e =
-          Exp8NonPositive(_mm256_sub_ps(_mm256_loadu_ps(row + j), mx8));
+          Exp8For<T>(_mm256_sub_ps(_mm256_loadu_ps(row + j), mx8));
       _mm256_storeu_ps(row + j, e);
       vsum = _mm256_add_ps(vsum, e);
     }
@@ -373,6 +398,30 @@ void CausalSoftmaxOf(float* s, int H, int rows, int n, int r0, T* p) {
     }
     for (int j = kept8; j < kept; ++j) StoreOne(row[j] * inv, out + j);
     // All-zero bits are +0 in f32 and bf16.
+    std::memset(out + kept, 0, sizeof(T) * (n - kept));
+    if (lse != nullptr) lse[(hr / rows) * lse_stride + r] = mx + std::log(sum);
+  }
+}
+
+template <typename T>
+void CausalSoftmaxFromLseOf(const float* s, const float* lse,
+                            int64_t lse_stride, int H, int rows, int n, int r0,
+                            T* p) {
+  for (int64_t hr = 0; hr < int64_t{H} * rows; ++hr) {
+    const float* row = s + hr * n;
+    T* out = p + hr * n;
+    const int r = static_cast<int>(hr % rows);
+    const int kept = r0 + r + 1;
+    const int kept8 = kept / 8 * 8;
+    const float l = lse[(hr / rows) * lse_stride + r];
+    const __m256 l8 = _mm256_set1_ps(l);
+    for (int j = 0; j < kept8; j += 8) {
+      Store8(Exp8For<T>(_mm256_sub_ps(_mm256_loadu_ps(row + j), l8)), out + j);
+    }
+    // s - lse <= 0 up to rounding (the exps are accurate there too).
+    for (int j = kept8; j < kept; ++j) {
+      StoreOne(ExpNonPositive(row[j] - l), out + j);
+    }
     std::memset(out + kept, 0, sizeof(T) * (n - kept));
   }
 }
@@ -406,11 +455,25 @@ void CausalSoftmaxBackwardOf(const T* p, const T* dp, int H, int rows, int n,
 
 }  // namespace
 
-void CausalSoftmax(float* s, int H, int rows, int n, int r0, dt cdt, void* p) {
+void CausalSoftmax(float* s, int H, int rows, int n, int r0, dt cdt, void* p,
+                   float* lse, int64_t lse_stride) {
   if (cdt == dt::bf16) {
-    CausalSoftmaxOf(s, H, rows, n, r0, static_cast<uint16_t*>(p));
+    CausalSoftmaxOf(s, H, rows, n, r0, static_cast<uint16_t*>(p), lse,
+                    lse_stride);
   } else {
-    CausalSoftmaxOf(s, H, rows, n, r0, static_cast<float*>(p));
+    CausalSoftmaxOf(s, H, rows, n, r0, static_cast<float*>(p), lse,
+                    lse_stride);
+  }
+}
+
+void CausalSoftmaxFromLse(const float* s, const float* lse, int64_t lse_stride,
+                          int H, int rows, int n, int r0, dt cdt, void* p) {
+  if (cdt == dt::bf16) {
+    CausalSoftmaxFromLseOf(s, lse, lse_stride, H, rows, n, r0,
+                           static_cast<uint16_t*>(p));
+  } else {
+    CausalSoftmaxFromLseOf(s, lse, lse_stride, H, rows, n, r0,
+                           static_cast<float*>(p));
   }
 }
 

@@ -69,9 +69,12 @@ class CausalAttention {
   CausalAttention(DnnlEnv* env, int T, int C, int H, dt cdt,
                   int block_rows = 128);
   ~CausalAttention();
-  void Forward(const void* qkv, int B, void* out);
-  // dqkv (B, 3, H, T, hd) overwritten.
-  void Backward(const void* qkv, const void* dout, int B, void* dqkv);
+  // lse (B, H, T) f32 receives each query's softmax log-sum-exp.
+  void Forward(const void* qkv, int B, void* out, float* lse);
+  // dqkv (B, 3, H, T, hd) overwritten; lse as Forward wrote it (the
+  // recomputed probabilities are exp(S - lse): one pass, no reductions).
+  void Backward(const void* qkv, const float* lse, const void* dout, int B,
+                void* dqkv);
   // Bytes of scratch one thread uses (scores f32 + P, dP, dS of one row
   // block; f32 dK, dV accumulators of one sequence in bf16).
   size_t scratch_bytes() const { return per_thread_bytes_; }
@@ -82,8 +85,10 @@ class CausalAttention {
   struct ThreadScratch;
   struct RowBlock;
   void EnsureThreads(int nthreads);
-  // S, then P of row block `block` of one sequence into ts.s / ts.p.
-  void Probabilities(int block, ThreadScratch& ts, const char* qkv_b);
+  // S, then P of row block `block` of one sequence into ts.s / ts.p; with
+  // lse_known, from lse_b (H, T) of that sequence, else writing it.
+  void Probabilities(int block, ThreadScratch& ts, const char* qkv_b,
+                     float* lse_b, bool lse_known);
   DnnlEnv* env_;
   int T_, C_, H_;
   dt cdt_;
@@ -98,9 +103,15 @@ class CausalAttention {
 // The causal softmax of one row block of scores, exposed for its test:
 // rows [0, H rows) of s (f32, row length n) are query r0 + (row % rows);
 // each keeps keys [0, query] and p (cdt) gets zeros after them. s is
-// overwritten (with exp(s - max)). Reference: ref::Softmax on the kept
-// keys.
-void CausalSoftmax(float* s, int H, int rows, int n, int r0, dt cdt, void* p);
+// overwritten (with exp(s - max)); lse (optional) gets each row's
+// log-sum-exp, head h's rows at lse + h lse_stride. bf16 uses an exp good
+// to 5e-5 (P is stored in bf16), f32 to 2e-7. Reference: ref::CausalSoftmax.
+void CausalSoftmax(float* s, int H, int rows, int n, int r0, dt cdt, void* p,
+                   float* lse = nullptr, int64_t lse_stride = 0);
+// The same probabilities from a known log-sum-exp (laid out as above):
+// p = exp(s - lse) on the kept keys, zeros after; s is not modified.
+void CausalSoftmaxFromLse(const float* s, const float* lse, int64_t lse_stride,
+                          int H, int rows, int n, int r0, dt cdt, void* p);
 // ds = p * (dp - sum_j p_j dp_j) on the kept keys, zeros after, all in cdt.
 void CausalSoftmaxBackward(const void* p, const void* dp, int H, int rows,
                            int n, int r0, dt cdt, void* ds);

@@ -158,6 +158,7 @@ absl::Status TransformerModel::AllocateWorkspace() {
     add(&a.ln2, cs * M * d);
     add(&a.h, cs * M * 4 * d);
     add(&a.g, cs * M * 4 * d);
+    add(reinterpret_cast<void**>(&a.lse), 4 * M * config_.heads);
   }
   add(reinterpret_cast<void**>(&meanf_), 4 * M);
   add(reinterpret_cast<void**>(&varf_), 4 * M);
@@ -407,7 +408,7 @@ void TransformerModel::BlockForward(int layer, const float* x_in,
   {
     OpTimer timer(this, kOpAttention);
     p.heads->qkv_to_heads.Run(qkv_tmp_, a.qkvh);
-    p.attn->Forward(a.qkvh, p.B, oh_);
+    p.attn->Forward(a.qkvh, p.B, oh_, a.lse);
     p.heads->out_from_heads.Run(oh_, a.att);
   }
   // x_mid = x_in + att W_proj^T + b
@@ -536,7 +537,7 @@ void TransformerModel::BlockBackwardImpl(int layer, const float* dx_out,
   {
     OpTimer timer(this, kOpAttention);
     p.heads->dout_to_heads.Run(datt_, doh_);
-    p.attn->Backward(a.qkvh, doh_, p.B, dqkvh_);
+    p.attn->Backward(a.qkvh, a.lse, doh_, p.B, dqkvh_);
     p.heads->dqkv_from_heads.Run(dqkvh_, dqkv_);
   }
   {

@@ -117,6 +117,7 @@ class TransformerModel final : public Model {
     float* mean1; float* var1; float* mean2; float* var2;
     void* ln1; void* qkvh; void* att; float* x_mid; void* ln2; void* h;
     void* g;
+    float* lse;  // (B, H, T) attention softmax log-sum-exp, for the backward
   };
   // bf16 computes GELU and its derivative in one pass (the derivative is
   // applied by fc2's backward-data matmul); fp32 keeps oneDNN's exact GELU

@@ -205,10 +205,11 @@ TEST_P(KernelTest, CausalAttentionMatchesReference) {
   qkv.Set(Random(B * T * 3 * C, 11));
   dout.Set(Random(B * T * C, 12));
   heads.qkv_to_heads.Run(qkv.data(), qkvh.data());
-  attn.Forward(qkvh.data(), B, outh.data());
+  std::vector<float> lse(B * H * T);
+  attn.Forward(qkvh.data(), B, outh.data(), lse.data());
   heads.out_from_heads.Run(outh.data(), out.data());
   heads.dout_to_heads.Run(dout.data(), douth.data());
-  attn.Backward(qkvh.data(), douth.data(), B, dqkvh.data());
+  attn.Backward(qkvh.data(), lse.data(), douth.data(), B, dqkvh.data());
   heads.dqkv_from_heads.Run(dqkvh.data(), dqkv.data());
   std::vector<float> rout(B * T * C), rdqkv(B * T * 3 * C);
   ref::AttentionForward(qkv.f.data(), B, T, C, H, rout.data());
@@ -235,14 +236,28 @@ TEST_P(KernelTest, CausalSoftmaxMatchesReference) {
   for (float& v : s) v *= 4.0f;
   s_copy = s;
   Buf p(total * n, cdt);
-  CausalSoftmax(s.data(), H, rows, n, r0, cdt, p.data());
+  // lse with a head stride larger than the block (as the model's (H, T)).
+  const int lse_stride = rows + 3;
+  std::vector<float> lse(H * lse_stride, -1.0f);
+  CausalSoftmax(s.data(), H, rows, n, r0, cdt, p.data(), lse.data(),
+                lse_stride);
   std::vector<float> want(total * n);
   ref::CausalSoftmax(s_copy.data(), total, rows, n, r0, want.data());
   const std::vector<float> got = p.Get();
   EXPECT_LT(RelErr(got, want), cdt == dt::bf16 ? 4e-3 : 1e-6);
   for (int i = 0; i < total; ++i) {
     for (int j = r0 + i % rows + 1; j < n; ++j) EXPECT_EQ(got[i * n + j], 0.0f);
+    // lse = log sum_j exp(s_j) over the kept keys.
+    double sum = 0;
+    for (int j = 0; j <= r0 + i % rows; ++j) sum += std::exp(double{s_copy[i * n + j]});
+    EXPECT_NEAR(lse[(i / rows) * lse_stride + i % rows], std::log(sum),
+                cdt == dt::bf16 ? 1e-4 : 1e-5);
   }
+  // From the log-sum-exp alone: the same probabilities.
+  Buf p_again(total * n, cdt);
+  CausalSoftmaxFromLse(s_copy.data(), lse.data(), lse_stride, H, rows, n, r0,
+                       cdt, p_again.data());
+  EXPECT_LT(RelErr(p_again.Get(), want), cdt == dt::bf16 ? 4e-3 : 1e-6);
   // Backward from the kernel's own probabilities.
   Buf dp(total * n, cdt), ds(total * n, cdt);
   dp.Set(Random(total * n, 22));
