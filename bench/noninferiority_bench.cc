@@ -257,7 +257,8 @@ double Mean(const std::vector<double>& v) {
 int RunNonInferiority(int argc, char** argv) {
   Options o;
   if (!ParseArgs(argc, argv, &o)) return 2;
-  EnsureOmpWaitPolicy("PASSIVE");  // in this process too (re-executes)
+  // In this process too (re-executes).
+  EnsureOmpWaitPolicy(kTrainingOmpWaitPolicy, kTrainingOmpSpinCount);
   const Preset* preset = FindPreset(o.preset);
   if (preset == nullptr) {
     Fail("--preset must be D24, S or TINY, got '" + o.preset + "'");

@@ -154,10 +154,11 @@ double JsonNumber(const std::string& json, const std::string& key) {
 int RunTrainBench(int argc, char** argv) {
   BenchOptions o;
   if (!ParseArgs(argc, argv, &o)) return 2;
-  // As gasloc-train: passive OpenMP waiting unless the caller chose, in
+  // As gasloc-train: passive OpenMP waiting after a short spin unless the
+  // caller chose, in
   // this process (a setenv alone reached only the PyTorch child: libgomp
   // reads the variable at load time) and in the PyTorch run.
-  EnsureOmpWaitPolicy("PASSIVE");
+  EnsureOmpWaitPolicy(kTrainingOmpWaitPolicy, kTrainingOmpSpinCount);
   struct Preset {
     const char* name;
     int layers, d_model, heads, ctx, batch;

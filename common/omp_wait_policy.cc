@@ -13,9 +13,12 @@
 
 namespace gasloc {
 
-void EnsureOmpWaitPolicy(const char* policy) {
+void EnsureOmpWaitPolicy(const char* policy, long spin_count) {
   if (std::getenv("OMP_WAIT_POLICY") != nullptr) return;
   ::setenv("OMP_WAIT_POLICY", policy, /*overwrite=*/1);
+  if (spin_count >= 0 && std::getenv("GOMP_SPINCOUNT") == nullptr) {
+    ::setenv("GOMP_SPINCOUNT", std::to_string(spin_count).c_str(), 1);
+  }
   // The original argv, NUL-separated, as the kernel recorded it.
   std::ifstream in("/proc/self/cmdline", std::ios::binary);
   const std::string cmdline((std::istreambuf_iterator<char>(in)),

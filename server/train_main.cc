@@ -280,10 +280,11 @@ absl::Status Generate(const TrainMainOptions& o) {
 }  // namespace gasloc
 
 int main(int argc, char** argv) {
-  // OpenMP threads sleep between parallel regions unless the user chose
-  // otherwise: spinning threads stall badly on shared cores
+  // OpenMP threads sleep between parallel regions after a short spin
+  // unless the user chose otherwise: long spins stall badly on shared cores
   // (docs/training.md, "Threads"). Re-executes to make it take effect.
-  gasloc::EnsureOmpWaitPolicy("PASSIVE");
+  gasloc::EnsureOmpWaitPolicy(gasloc::kTrainingOmpWaitPolicy,
+                              gasloc::kTrainingOmpSpinCount);
   const std::vector<std::string> args = gasloc::ParseFlagsOrExit(
       argc, argv,
       "gasloc-train: trains a byte-level transformer in one process.\n\n"
