@@ -2,8 +2,9 @@
 // backward, clipping, AdamW, data sampling) on a named preset or an explicit
 // shape, optionally against PyTorch on the same config and threads
 // (--compare-torch runs bench/torch_train_bench.py) and against the oneDNN
-// matmul peak of this machine (--matmul-peak). Prints per-step progress and
-// ends with ONE JSON line (docs/benchmarks.md).
+// matmul peak of this machine (--matmul-peak), and against the time floor
+// of the step's linear matmuls run alone (--linear-floor, linear_floor.h).
+// Prints per-step progress and ends with ONE JSON line (docs/benchmarks.md).
 #include <omp.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -21,6 +22,7 @@
 #include "absl/strings/str_format.h"
 #include "bench/bench_flags.h"
 #include "bench/bench_registry.h"
+#include "bench/linear_floor.h"
 #include "common/job_spec.h"
 #include "common/omp_wait_policy.h"
 #include "dnnl.hpp"
@@ -33,7 +35,7 @@ constexpr char kUsage[] =
     "gasloc-bench train [--preset=S|M|D24] [--layers=N] [--d-model=N] "
     "[--heads=N] [--ctx=N] [--batch=N] [--threads=2] [--dtype=fp32|bf16] "
     "[--steps=10] [--warmup=2] [--data=FILE] [--compare-torch] "
-    "[--matmul-peak]\n";
+    "[--matmul-peak] [--linear-floor]\n";
 
 struct BenchOptions {
   std::string preset = "S";
@@ -45,6 +47,7 @@ struct BenchOptions {
   std::string data;
   bool compare_torch = false;
   bool matmul_peak = false;
+  bool linear_floor = false;
 };
 
 double Seconds(std::chrono::steady_clock::time_point a,
@@ -68,7 +71,8 @@ bool ParseArgs(int argc, char** argv, BenchOptions* o) {
   flags.strings = {{"preset", &o->preset}, {"dtype", &o->dtype},
                    {"data", &o->data}};
   flags.bools = {{"compare-torch", &o->compare_torch},
-                 {"matmul-peak", &o->matmul_peak}};
+                 {"matmul-peak", &o->matmul_peak},
+                 {"linear-floor", &o->linear_floor}};
   return ParseBenchFlags(argc, argv, "gasloc-bench train", kUsage, flags);
 }
 
@@ -229,6 +233,25 @@ int RunTrainBench(int argc, char** argv) {
     peak = o.dtype == "bf16" ? bf16 : fp32;
   }
 
+  double floor_ms = 0;
+  if (o.linear_floor) {
+    const ModelConfig c{static_cast<int>(spec.model().layers()),
+                        static_cast<int>(spec.model().d_model()),
+                        static_cast<int>(spec.model().heads()),
+                        static_cast<int>(spec.model().context())};
+    const LinearFloor floor = MeasureLinearFloor(
+        c, static_cast<int>(spec.training().batch()), o.dtype == "bf16",
+        o.threads);
+    std::printf("linear matmuls alone (one call each, median):\n");
+    for (const LinearFloor::Part& part : floor.parts) {
+      std::printf("  %-18s %7.3f ms %6.0f GFLOP/s\n", part.name.c_str(),
+                  part.ms, part.gflops);
+    }
+    std::printf("linear floor of one step: %.1f ms\n", floor.step_ms);
+    floor_ms = floor.step_ms;
+    add("linear_floor_ms", absl::StrFormat("%.2f", floor_ms));
+  }
+
   double ours_tps = 0, ours_rss = 0;
   if (o.steps > 0) {
     TrainerOptions options;
@@ -302,6 +325,11 @@ int RunTrainBench(int argc, char** argv) {
     const double torch_rss = JsonNumber(torch, "peak_rss_bytes");
     add("torch", torch);
     add("speedup_vs_torch", absl::StrFormat("%.3f", ours_tps / torch_tps));
+    if (floor_ms > 0) {
+      // The best speedup any step built on these matmuls could reach.
+      add("speedup_bound_from_linear_floor",
+          absl::StrFormat("%.3f", JsonNumber(torch, "ms_per_step") / floor_ms));
+    }
     add("rss_ratio_vs_torch", absl::StrFormat("%.3f", ours_rss / torch_rss));
   }
   json += "}";

@@ -21,7 +21,7 @@ constexpr float kLayerNormEps = 1e-5f;
 // Each plan holds its primitives and a blocked copy of the weights (two per
 // matrix), so keep few: training uses one shape, generation a handful.
 constexpr int kMaxPlans = 4;
-enum LinearKind { kQkv = 0, kProj = 1, kFc = 2, kFc2 = 3 };
+enum LinearKind { kQkv = 0, kProj = 1, kFc = 2, kFc2 = 3, kHead = 4 };
 }  // namespace
 
 // The primitives for one (batch, length) shape. M = B * T rows.
@@ -196,6 +196,33 @@ absl::Status TransformerModel::AllocateWorkspace() {
   return absl::OkStatus();
 }
 
+std::vector<TransformerModel::LinearShape> TransformerModel::LinearShapes(
+    const ModelConfig& config, int M, dt cdt) {
+  const int d = config.d_model;
+  auto shape = [&](const char* name, int K, int N, dt y_type, dt dx_type,
+                   bool residual, bool bias, bool bwd_data_mul) {
+    kernels::Linear::Options o;
+    o.M = M;
+    o.K = K;
+    o.N = N;
+    o.cdt = cdt;
+    o.y_type = y_type;
+    o.dx_type = dx_type;
+    o.residual = residual;
+    o.bias = bias;
+    o.bwd_data_mul = bwd_data_mul;
+    o.blocked_weights = true;
+    return LinearShape{name, o};
+  };
+  // bf16: fc2's backward-data applies the GELU derivative (fused_gelu()).
+  const bool fused = cdt == dt::bf16;
+  return {shape("qkv", d, 3 * d, cdt, dt::f32, false, true, false),
+          shape("proj", d, d, dt::f32, cdt, true, true, false),
+          shape("fc", d, 4 * d, cdt, dt::f32, false, true, false),
+          shape("fc2", 4 * d, d, dt::f32, cdt, true, true, fused),
+          shape("head", d, kVocabSize, dt::f32, dt::f32, false, false, false)};
+}
+
 absl::StatusOr<TransformerModel::Plan*> TransformerModel::GetPlan(int batch,
                                                                   int length) {
   auto it = plans_.find({batch, length});
@@ -206,28 +233,15 @@ absl::StatusOr<TransformerModel::Plan*> TransformerModel::GetPlan(int batch,
   plan->T = length;
   const int M = batch * length, d = config_.d_model;
   try {
-    using kernels::Linear;
-    auto linear = [&](int K, int N, dt y_type, dt dx_type, bool residual,
-                      bool bias, bool bwd_data_mul = false) {
-      Linear::Options o;
-      o.M = M;
-      o.K = K;
-      o.N = N;
-      o.cdt = cdt_;
-      o.y_type = y_type;
-      o.dx_type = dx_type;
-      o.residual = residual;
-      o.bias = bias;
-      o.bwd_data_mul = bwd_data_mul;
-      o.blocked_weights = true;
-      return std::make_unique<Linear>(&env_, o);
+    const std::vector<LinearShape> shapes = LinearShapes(config_, M, cdt_);
+    auto linear = [&](int kind) {
+      return std::make_unique<kernels::Linear>(&env_, shapes[kind].options);
     };
-    plan->qkv = linear(d, 3 * d, cdt_, dt::f32, false, true);
-    plan->proj = linear(d, d, dt::f32, cdt_, true, true);
-    plan->fc = linear(d, 4 * d, cdt_, dt::f32, false, true);
-    // bf16: fc2's backward-data applies the GELU derivative (fused_gelu()).
-    plan->fc2 = linear(4 * d, d, dt::f32, cdt_, true, true, fused_gelu());
-    plan->head = linear(d, kVocabSize, dt::f32, dt::f32, false, false);
+    plan->qkv = linear(kQkv);
+    plan->proj = linear(kProj);
+    plan->fc = linear(kFc);
+    plan->fc2 = linear(kFc2);
+    plan->head = linear(kHead);
     plan->ln = std::make_unique<kernels::LayerNorm>(M, d, kLayerNormEps, cdt_);
     plan->gelu =
         std::make_unique<kernels::Gelu>(&env_, int64_t{M} * 4 * d, cdt_);

@@ -46,6 +46,16 @@ class TransformerModel final : public Model {
                               int length, float* logits) override;
   double TrainingFlops(int batch, int length) const override;
 
+  // The linear layers' matmul settings for M = batch * length rows, in the
+  // order qkv, proj, fc, fc2, head: what the model builds its kernels::Linear
+  // objects from (benchmarks time the same matmuls in isolation).
+  struct LinearShape {
+    const char* name;
+    kernels::Linear::Options options;
+  };
+  static std::vector<LinearShape> LinearShapes(const ModelConfig& config,
+                                               int M, kernels::dt cdt);
+
   // ---- the pass by part (see the header comment). All activations are
   // (B, T, d) f32 row-major; `grads` pointers are the base of an arena with
   // this model's layout (only the part's own tensors are written).
