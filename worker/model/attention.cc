@@ -6,22 +6,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <limits>
-#include <type_traits>
 
+#include "worker/model/elementwise_loops.h"
 #include "worker/model/vector_math.h"
 
 namespace gasloc::kernels {
 
-using vmath::Exp8NonPositive;
-using vmath::Exp8NonPositiveBf16Grade;
-using vmath::ExpNonPositive;
-using vmath::HorizontalMax8;
-using vmath::HorizontalSum8;
 using vmath::Load8;
-using vmath::LoadOne;
 using vmath::Store8;
-using vmath::StoreOne;
 
 // ---------------------------------------------------------------- layouts
 
@@ -350,144 +342,24 @@ void CausalAttention::Backward(const void* qkv, const float* lse,
 
 // ---------------------------------------------------------------- softmax
 
-namespace {
-
-// Exp of non-positive arguments at the accuracy the storage type needs.
-template <typename T>
-inline __m256 Exp8For(__m256 z) {
-  if constexpr (std::is_same_v<T, uint16_t>) {
-    return Exp8NonPositiveBf16Grade(z);
-  } else {
-    return Exp8NonPositive(z);
-  }
-}
-
-template <typename T>
-void CausalSoftmaxOf(float* s, int H, int rows, int n, int r0, T* p,
-                     float* lse, int64_t lse_stride) {
-  for (int64_t hr = 0; hr < int64_t{H} * rows; ++hr) {
-    float* row = s + hr * n;
-    T* out = p + hr * n;
-    const int r = static_cast<int>(hr % rows);
-    const int kept = r0 + r + 1;  // keys <= query
-    const int kept8 = kept / 8 * 8;
-    __m256 vmax = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
-    for (int j = 0; j < kept8; j += 8) {
-      vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(row + j));
-    }
-    float mx = HorizontalMax8(vmax);
-    for (int j = kept8; j < kept; ++j) mx = std::max(mx, row[j]);
-    // exp(s - max) in place, and its sum (a NaN score gives a NaN row).
-    const __m256 mx8 = _mm256_set1_ps(mx);
-    __m256 vsum = _mm256_setzero_ps();
-    for (int j = 0; j < kept8; j += 8) {
-      const __m256 e =
-          Exp8For<T>(_mm256_sub_ps(_mm256_loadu_ps(row + j), mx8));
-      _mm256_storeu_ps(row + j, e);
-      vsum = _mm256_add_ps(vsum, e);
-    }
-    float sum = HorizontalSum8(vsum);
-    for (int j = kept8; j < kept; ++j) {
-      row[j] = ExpNonPositive(row[j] - mx);
-      sum += row[j];
-    }
-    const float inv = 1.0f / sum;
-    const __m256 inv8 = _mm256_set1_ps(inv);
-    for (int j = 0; j < kept8; j += 8) {
-      Store8(_mm256_mul_ps(_mm256_loadu_ps(row + j), inv8), out + j);
-    }
-    for (int j = kept8; j < kept; ++j) StoreOne(row[j] * inv, out + j);
-    // All-zero bits are +0 in f32 and bf16.
-    std::memset(out + kept, 0, sizeof(T) * (n - kept));
-    if (lse != nullptr) lse[(hr / rows) * lse_stride + r] = mx + std::log(sum);
-  }
-}
-
-template <typename T>
-void CausalSoftmaxFromLseOf(const float* s, const float* lse,
-                            int64_t lse_stride, int H, int rows, int n, int r0,
-                            T* p) {
-  for (int64_t hr = 0; hr < int64_t{H} * rows; ++hr) {
-    const float* row = s + hr * n;
-    T* out = p + hr * n;
-    const int r = static_cast<int>(hr % rows);
-    const int kept = r0 + r + 1;
-    const int kept8 = kept / 8 * 8;
-    const float l = lse[(hr / rows) * lse_stride + r];
-    const __m256 l8 = _mm256_set1_ps(l);
-    for (int j = 0; j < kept8; j += 8) {
-      Store8(Exp8For<T>(_mm256_sub_ps(_mm256_loadu_ps(row + j), l8)), out + j);
-    }
-    // s - lse <= 0 up to rounding (the exps are accurate there too).
-    for (int j = kept8; j < kept; ++j) {
-      StoreOne(ExpNonPositive(row[j] - l), out + j);
-    }
-    std::memset(out + kept, 0, sizeof(T) * (n - kept));
-  }
-}
-
-template <typename T>
-void CausalSoftmaxBackwardOf(const T* p, const T* dp, int H, int rows, int n,
-                             int r0, T* ds) {
-  for (int64_t hr = 0; hr < int64_t{H} * rows; ++hr) {
-    const T* pr = p + hr * n;
-    const T* dpr = dp + hr * n;
-    T* out = ds + hr * n;
-    const int kept = r0 + static_cast<int>(hr % rows) + 1;
-    const int kept8 = kept / 8 * 8;
-    __m256 vdot = _mm256_setzero_ps();
-    for (int j = 0; j < kept8; j += 8) {
-      vdot = _mm256_fmadd_ps(Load8(pr + j), Load8(dpr + j), vdot);
-    }
-    float dot = HorizontalSum8(vdot);
-    for (int j = kept8; j < kept; ++j) dot += LoadOne(pr + j) * LoadOne(dpr + j);
-    const __m256 dot8 = _mm256_set1_ps(dot);
-    for (int j = 0; j < kept8; j += 8) {
-      Store8(_mm256_mul_ps(Load8(pr + j), _mm256_sub_ps(Load8(dpr + j), dot8)),
-             out + j);
-    }
-    for (int j = kept8; j < kept; ++j) {
-      StoreOne(LoadOne(pr + j) * (LoadOne(dpr + j) - dot), out + j);
-    }
-    std::memset(out + kept, 0, sizeof(T) * (n - kept));
-  }
-}
-
-}  // namespace
+// The loops live in elementwise_loops_inl.h (one build per instruction set).
 
 void CausalSoftmax(float* s, int H, int rows, int n, int r0, dt cdt, void* p,
                    float* lse, int64_t lse_stride) {
-  if (cdt == dt::bf16) {
-    CausalSoftmaxOf(s, H, rows, n, r0, static_cast<uint16_t*>(p), lse,
-                    lse_stride);
-  } else {
-    CausalSoftmaxOf(s, H, rows, n, r0, static_cast<float*>(p), lse,
-                    lse_stride);
-  }
+  ActiveElementwiseLoops().causal_softmax(s, H, rows, n, r0, cdt, p, lse,
+                                          lse_stride);
 }
 
 void CausalSoftmaxFromLse(const float* s, const float* lse, int64_t lse_stride,
                           int H, int rows, int n, int r0, dt cdt, void* p) {
-  if (cdt == dt::bf16) {
-    CausalSoftmaxFromLseOf(s, lse, lse_stride, H, rows, n, r0,
-                           static_cast<uint16_t*>(p));
-  } else {
-    CausalSoftmaxFromLseOf(s, lse, lse_stride, H, rows, n, r0,
-                           static_cast<float*>(p));
-  }
+  ActiveElementwiseLoops().causal_softmax_from_lse(s, lse, lse_stride, H, rows,
+                                                   n, r0, cdt, p);
 }
 
 void CausalSoftmaxBackward(const void* p, const void* dp, int H, int rows,
                            int n, int r0, dt cdt, void* ds) {
-  if (cdt == dt::bf16) {
-    CausalSoftmaxBackwardOf(static_cast<const uint16_t*>(p),
-                            static_cast<const uint16_t*>(dp), H, rows, n, r0,
-                            static_cast<uint16_t*>(ds));
-  } else {
-    CausalSoftmaxBackwardOf(static_cast<const float*>(p),
-                            static_cast<const float*>(dp), H, rows, n, r0,
-                            static_cast<float*>(ds));
-  }
+  ActiveElementwiseLoops().causal_softmax_backward(p, dp, H, rows, n, r0, cdt,
+                                                   ds);
 }
 
 }  // namespace gasloc::kernels

@@ -6,9 +6,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <type_traits>
 #include <unordered_map>
 
+#include "worker/model/elementwise_loops.h"
 #include "worker/model/vector_math.h"
 
 namespace gasloc::kernels {
@@ -378,99 +378,10 @@ void Gelu::Backward(const void* x, const void* dy, void* dx) {
 
 // ---------------------------------------------------------------- GELU
 
-namespace {
-
-using vmath::Exp8NonPositive;
-using vmath::Exp8NonPositiveBf16Grade;
-using vmath::ExpNonPositive;
-using vmath::Load8;
-using vmath::Store8;
-
-// g = x Phi(x), gd = Phi(x) + x phi(x); Phi(x) = (1 + erf(x / sqrt 2)) / 2.
-inline void GeluAndDerivative(float x, float* g, float* gd) {
-  const float u = x * 0.70710678f;  // x / sqrt(2)
-  const float au = std::fabs(u);
-  const float t = 1.0f / (1.0f + 0.3275911f * au);
-  const float e = ExpNonPositive(-u * u);  // = sqrt(2 pi) phi(x)
-  const float poly =
-      t * (0.254829592f +
-           t * (-0.284496736f +
-                t * (1.421413741f + t * (-1.453152027f + t * 1.061405429f))));
-  const float erf_abs = 1.0f - poly * e;
-  const float erf = u < 0 ? -erf_abs : erf_abs;
-  const float cdf = 0.5f * (1.0f + erf);
-  *g = x * cdf;
-  *gd = cdf + x * e * 0.39894228f;  // 1 / sqrt(2 pi)
-}
-
-// The same on 8 floats.
-struct Gelu8 {
-  __m256 g, gd;
-};
-template <bool kBf16Grade>
-inline Gelu8 GeluAndDerivative8(__m256 x) {
-  const __m256 one = _mm256_set1_ps(1.0f);
-  const __m256 sign = _mm256_set1_ps(-0.0f);
-  const __m256 u = _mm256_mul_ps(x, _mm256_set1_ps(0.70710678f));
-  const __m256 au = _mm256_andnot_ps(sign, u);
-  // t = 1 / (1 + p |u|): approximate reciprocal + one Newton step (~23 bits).
-  const __m256 den = _mm256_fmadd_ps(_mm256_set1_ps(0.3275911f), au, one);
-  __m256 t = _mm256_rcp_ps(den);
-  if (!kBf16Grade) {
-    t = _mm256_mul_ps(t, _mm256_fnmadd_ps(den, t, _mm256_set1_ps(2.0f)));
-  }
-  // e = exp(-u^2)
-  const __m256 z = _mm256_mul_ps(_mm256_xor_ps(u, sign), u);
-  const __m256 e = kBf16Grade ? Exp8NonPositiveBf16Grade(z) : Exp8NonPositive(z);
-  __m256 poly = _mm256_fmadd_ps(_mm256_set1_ps(1.061405429f), t,
-                                _mm256_set1_ps(-1.453152027f));
-  poly = _mm256_fmadd_ps(poly, t, _mm256_set1_ps(1.421413741f));
-  poly = _mm256_fmadd_ps(poly, t, _mm256_set1_ps(-0.284496736f));
-  poly = _mm256_fmadd_ps(poly, t, _mm256_set1_ps(0.254829592f));
-  poly = _mm256_mul_ps(poly, t);
-  const __m256 erf_abs = _mm256_fnmadd_ps(poly, e, one);
-  const __m256 erf = _mm256_or_ps(erf_abs, _mm256_and_ps(u, sign));
-  const __m256 cdf = _mm256_mul_ps(_mm256_set1_ps(0.5f), _mm256_add_ps(one, erf));
-  Gelu8 out;
-  out.g = _mm256_mul_ps(x, cdf);
-  out.gd = _mm256_fmadd_ps(_mm256_mul_ps(x, e), _mm256_set1_ps(0.39894228f),
-                           cdf);
-  return out;
-}
-
-// GELU and GELU' of one bf16 element, rounded back to bf16.
-inline void GeluAndDerivative(uint16_t x, uint16_t* g, uint16_t* gd) {
-  float a, b;
-  GeluAndDerivative(Bf16ToFloat(x), &a, &b);
-  *g = FloatToBf16(a);
-  *gd = FloatToBf16(b);
-}
-
-// Eight at a time in parallel, then the tail; T is float or bf16 bits.
-template <typename T>
-void GeluWithDerivativeOf(const T* in, int64_t n, T* g, T* gd) {
-  const int64_t n8 = n / 8 * 8;
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n8; i += 8) {
-    const Gelu8 r =
-        GeluAndDerivative8<std::is_same_v<T, uint16_t>>(Load8(in + i));
-    Store8(r.g, g + i);
-    Store8(r.gd, gd + i);
-  }
-  for (int64_t i = n8; i < n; ++i) GeluAndDerivative(in[i], &g[i], &gd[i]);
-}
-
-}  // namespace
-
+// The loop lives in elementwise_loops_inl.h (one build per instruction set).
 void GeluWithDerivative(const void* h, dt type, int64_t n, void* g,
                         void* gd) {
-  if (type == dt::bf16) {
-    GeluWithDerivativeOf(static_cast<const uint16_t*>(h), n,
-                         static_cast<uint16_t*>(g), static_cast<uint16_t*>(gd));
-  } else {
-    GeluWithDerivativeOf(static_cast<const float*>(h), n,
-                         static_cast<float*>(g), static_cast<float*>(gd));
-  }
+  ActiveElementwiseLoops().gelu_with_derivative(h, type, n, g, gd);
 }
 
 // ---------------------------------------------------------------- Convert
@@ -489,6 +400,9 @@ void Convert::Run(const void* src, void* dst) {
 }
 
 // ---------------------------------------------------------------- loops
+
+using vmath::Load8;
+using vmath::Store8;
 
 double FusedCrossEntropy(float* logits, const uint8_t* targets,
                          int target_stride, int B, int T, int V,

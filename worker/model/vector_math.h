@@ -2,7 +2,11 @@
 // softmax, column sums): loads and stores for f32 and bf16 storage and an
 // exp for non-positive arguments, scalar and AVX2 (the build's x86-64-v3
 // baseline; the compiler does not vectorize floor and bit casts itself).
-// Internal to worker/model; pure functions, thread-safe.
+// With __AVX512BF16__ (the AVX512_BF16 build of elementwise_loops) a bf16
+// store is one vcvtneps2bf16. Everything has internal linkage (an unnamed
+// namespace): copies compiled for different instruction sets must not be
+// merged by the linker. Internal to worker/model; pure functions,
+// thread-safe.
 #ifndef GASLOC_WORKER_MODEL_VECTOR_MATH_H_
 #define GASLOC_WORKER_MODEL_VECTOR_MATH_H_
 
@@ -16,6 +20,7 @@
 #include "worker/model/kernels.h"
 
 namespace gasloc::kernels::vmath {
+namespace {
 
 // exp(z) for z <= 0 (z below -87 gives 0): 2^k * p(r), |r| <= ln2 / 2,
 // degree-6 Taylor polynomial (relative error < 2e-7).
@@ -106,8 +111,13 @@ inline __m256 Load8(const uint16_t* p) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16));
 }
 
-// Round to nearest even, NaN kept quiet (as FloatToBf16).
+// Round to nearest even, NaN kept quiet (as FloatToBf16; the AVX512_BF16
+// instruction also flushes bf16 denormals to zero).
 inline void Store8(__m256 v, uint16_t* p) {
+#ifdef __AVX512BF16__
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p),
+                   reinterpret_cast<__m128i>(_mm256_cvtneps_pbh(v)));
+#else
   __m256i b = _mm256_castps_si256(v);
   const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(b, 16),
                                        _mm256_set1_epi32(1));
@@ -119,8 +129,10 @@ inline void Store8(__m256 v, uint16_t* p) {
       _mm256_permute4x64_epi64(_mm256_packus_epi32(b, b), 0x08);
   _mm_storeu_si128(reinterpret_cast<__m128i*>(p),
                    _mm256_castsi256_si128(packed));
+#endif
 }
 
+}  // namespace
 }  // namespace gasloc::kernels::vmath
 
 #endif  // GASLOC_WORKER_MODEL_VECTOR_MATH_H_

@@ -8,11 +8,14 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <random>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "worker/model/attention.h"
+#include "worker/model/elementwise_loops.h"
 #include "worker/model/reference_kernels.h"
 
 namespace gasloc::kernels {
@@ -140,13 +143,31 @@ TEST_P(KernelTest, GeluWithDerivativeMatchesReference) {
   std::vector<float> v = Random(n, 21, 3.0f);
   v[0] = 0.0f; v[1] = 30.0f; v[2] = -30.0f; v[3] = -9.0f;
   x.Set(v);
-  GeluWithDerivative(x.data(), type, n, g.data(), gd.data());
   std::vector<float> rg(n), rgd(n), ones(n, 1.0f);
   ref::GeluForward(x.f.data(), n, rg.data());
   ref::GeluBackward(x.f.data(), ones.data(), n, rgd.data());
-  // fp32: the erf and exp approximations (~2e-7 absolute) only.
+  // Every build this CPU runs (elementwise_loops.h), then the public entry.
+  for (const ElementwiseLoops* loops : RunnableElementwiseLoops()) {
+    SCOPED_TRACE(loops->isa);
+    loops->gelu_with_derivative(x.data(), type, n, g.data(), gd.data());
+    // fp32: the erf and exp approximations (~2e-7 absolute) only.
+    EXPECT_LT(RelErr(g.Get(), rg), type == dt::bf16 ? 4e-3 : 1e-6);
+    EXPECT_LT(RelErr(gd.Get(), rgd), type == dt::bf16 ? 4e-3 : 1e-6);
+  }
+  GeluWithDerivative(x.data(), type, n, g.data(), gd.data());
   EXPECT_LT(RelErr(g.Get(), rg), type == dt::bf16 ? 4e-3 : 1e-6);
-  EXPECT_LT(RelErr(gd.Get(), rgd), type == dt::bf16 ? 4e-3 : 1e-6);
+}
+
+TEST(ElementwiseLoopsTest, ActiveBuildIsTheBestThisCpuRuns) {
+  const std::vector<const ElementwiseLoops*> builds = RunnableElementwiseLoops();
+  ASSERT_FALSE(builds.empty());
+  EXPECT_STREQ(builds.front()->isa, "avx2");
+  const char* forced = std::getenv("GASLOC_ELEMENTWISE_ISA");
+  if (forced == nullptr) {
+    EXPECT_EQ(&ActiveElementwiseLoops(), builds.back());
+  }
+  std::printf("element loops: %s active, %zu build(s) runnable\n",
+              ActiveElementwiseLoops().isa, builds.size());
 }
 
 TEST_P(KernelTest, LinearBackwardDataMultipliesByTensor) {
@@ -232,45 +253,58 @@ TEST_P(KernelTest, CausalSoftmaxMatchesReference) {
   // Two heads of a 5-row block at query offset 14 over n = 19 keys: rows
   // keep 15..19 keys (vector part plus tails) and zeros after.
   const int H = 2, rows = 5, n = 19, r0 = 14, total = H * rows;
-  std::vector<float> s = Random(total * n, 21), s_copy = s;
-  for (float& v : s) v *= 4.0f;
-  s_copy = s;
-  Buf p(total * n, cdt);
-  // lse with a head stride larger than the block (as the model's (H, T)).
-  const int lse_stride = rows + 3;
-  std::vector<float> lse(H * lse_stride, -1.0f);
-  CausalSoftmax(s.data(), H, rows, n, r0, cdt, p.data(), lse.data(),
-                lse_stride);
+  std::vector<float> scores = Random(total * n, 21);
+  for (float& v : scores) v *= 4.0f;
   std::vector<float> want(total * n);
-  ref::CausalSoftmax(s_copy.data(), total, rows, n, r0, want.data());
-  const std::vector<float> got = p.Get();
-  EXPECT_LT(RelErr(got, want), cdt == dt::bf16 ? 4e-3 : 1e-6);
-  for (int i = 0; i < total; ++i) {
-    for (int j = r0 + i % rows + 1; j < n; ++j) EXPECT_EQ(got[i * n + j], 0.0f);
-    // lse = log sum_j exp(s_j) over the kept keys.
-    double sum = 0;
-    for (int j = 0; j <= r0 + i % rows; ++j) sum += std::exp(double{s_copy[i * n + j]});
-    EXPECT_NEAR(lse[(i / rows) * lse_stride + i % rows], std::log(sum),
-                cdt == dt::bf16 ? 1e-4 : 1e-5);
+  ref::CausalSoftmax(scores.data(), total, rows, n, r0, want.data());
+  for (const ElementwiseLoops* loops : RunnableElementwiseLoops()) {
+    SCOPED_TRACE(loops->isa);
+    std::vector<float> s = scores;
+    Buf p(total * n, cdt);
+    // lse with a head stride larger than the block (as the model's (H, T)).
+    const int lse_stride = rows + 3;
+    std::vector<float> lse(H * lse_stride, -1.0f);
+    loops->causal_softmax(s.data(), H, rows, n, r0, cdt, p.data(), lse.data(),
+                          lse_stride);
+    const std::vector<float> got = p.Get();
+    EXPECT_LT(RelErr(got, want), cdt == dt::bf16 ? 4e-3 : 1e-6);
+    for (int i = 0; i < total; ++i) {
+      for (int j = r0 + i % rows + 1; j < n; ++j) {
+        EXPECT_EQ(got[i * n + j], 0.0f);
+      }
+      // lse = log sum_j exp(s_j) over the kept keys.
+      double sum = 0;
+      for (int j = 0; j <= r0 + i % rows; ++j) {
+        sum += std::exp(double{scores[i * n + j]});
+      }
+      EXPECT_NEAR(lse[(i / rows) * lse_stride + i % rows], std::log(sum),
+                  cdt == dt::bf16 ? 1e-4 : 1e-5);
+    }
+    // From the log-sum-exp alone: the same probabilities.
+    Buf p_again(total * n, cdt);
+    loops->causal_softmax_from_lse(scores.data(), lse.data(), lse_stride, H,
+                                   rows, n, r0, cdt, p_again.data());
+    EXPECT_LT(RelErr(p_again.Get(), want), cdt == dt::bf16 ? 4e-3 : 1e-6);
+    // Backward from the kernel's own probabilities.
+    Buf dp(total * n, cdt), ds(total * n, cdt);
+    dp.Set(Random(total * n, 22));
+    loops->causal_softmax_backward(p.data(), dp.data(), H, rows, n, r0, cdt,
+                                   ds.data());
+    std::vector<float> want_ds(total * n);
+    ref::CausalSoftmaxBackward(got.data(), dp.f.data(), total, rows, n, r0,
+                               want_ds.data());
+    EXPECT_LT(RelErr(ds.Get(), want_ds), cdt == dt::bf16 ? 8e-3 : 1e-6);
+    // A NaN score poisons its row instead of vanishing.
+    s = scores;
+    s[3 * n + 2] = std::nanf("");
+    loops->causal_softmax(s.data(), H, rows, n, r0, cdt, p.data(), nullptr, 0);
+    EXPECT_TRUE(std::isnan(p.Get()[3 * n]));
   }
-  // From the log-sum-exp alone: the same probabilities.
-  Buf p_again(total * n, cdt);
-  CausalSoftmaxFromLse(s_copy.data(), lse.data(), lse_stride, H, rows, n, r0,
-                       cdt, p_again.data());
-  EXPECT_LT(RelErr(p_again.Get(), want), cdt == dt::bf16 ? 4e-3 : 1e-6);
-  // Backward from the kernel's own probabilities.
-  Buf dp(total * n, cdt), ds(total * n, cdt);
-  dp.Set(Random(total * n, 22));
-  CausalSoftmaxBackward(p.data(), dp.data(), H, rows, n, r0, cdt, ds.data());
-  std::vector<float> want_ds(total * n);
-  ref::CausalSoftmaxBackward(got.data(), dp.f.data(), total, rows, n, r0,
-                             want_ds.data());
-  EXPECT_LT(RelErr(ds.Get(), want_ds), cdt == dt::bf16 ? 8e-3 : 1e-6);
-  // A NaN score poisons its row instead of vanishing.
-  s = s_copy;
-  s[3 * n + 2] = std::nanf("");
+  // The public entry points use the active build.
+  std::vector<float> s = scores;
+  Buf p(total * n, cdt);
   CausalSoftmax(s.data(), H, rows, n, r0, cdt, p.data());
-  EXPECT_TRUE(std::isnan(p.Get()[3 * n]));
+  EXPECT_LT(RelErr(p.Get(), want), cdt == dt::bf16 ? 4e-3 : 1e-6);
 }
 
 TEST_P(KernelTest, HeadLayoutPermutesAsDocumented) {
