@@ -1,6 +1,5 @@
 #include "worker/model/attention.h"
 
-#include <immintrin.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -8,12 +7,8 @@
 #include <cstring>
 
 #include "worker/model/elementwise_loops.h"
-#include "worker/model/vector_math.h"
 
 namespace gasloc::kernels {
-
-using vmath::Load8;
-using vmath::Store8;
 
 // ---------------------------------------------------------------- layouts
 
@@ -332,10 +327,8 @@ void CausalAttention::Backward(const void* qkv, const float* lse,
     }
     if (cdt_ != dt::f32) {
       // dK, dV are adjacent in both layouts: one conversion of 2 T C values.
-      auto* out = reinterpret_cast<uint16_t*>(dqkv_b + head_bytes_);
-      const int64_t n = 2 * head_elems, n8 = n / 8 * 8;
-      for (int64_t j = 0; j < n8; j += 8) Store8(Load8(ts.acc + j), out + j);
-      for (int64_t j = n8; j < n; ++j) out[j] = FloatToBf16(ts.acc[j]);
+      ActiveElementwiseLoops().to_bf16(
+          ts.acc, 2 * head_elems, reinterpret_cast<uint16_t*>(dqkv_b + head_bytes_));
     }
   }
 }

@@ -255,10 +255,22 @@ void CausalSoftmaxBackwardLoop(const void* p, const void* dp, int H, int rows,
   }
 }
 
+// ---------------------------------------------------------------- bf16 rows
+
+void ToBf16Loop(const float* in, int64_t n, uint16_t* out) {
+  const int64_t n8 = n / 8 * 8;
+  for (int64_t i = 0; i < n8; i += 8) Store8(Load8(in + i), out + i);
+  for (int64_t i = n8; i < n; ++i) StoreOne(in[i], out + i);
+}
+
 // The table of this translation unit's build.
 ElementwiseLoops MakeElementwiseLoops(const char* isa) {
-  return ElementwiseLoops{isa, GeluWithDerivativeLoop, CausalSoftmaxLoop,
-                          CausalSoftmaxFromLseLoop, CausalSoftmaxBackwardLoop};
+  return ElementwiseLoops{isa,
+                          GeluWithDerivativeLoop,
+                          CausalSoftmaxLoop,
+                          CausalSoftmaxFromLseLoop,
+                          CausalSoftmaxBackwardLoop,
+                          ToBf16Loop};
 }
 
 }  // namespace

@@ -242,9 +242,7 @@ namespace {
 // Writes n floats as `type` (f32 or bf16, round to nearest even).
 inline void StoreRow(const float* in, int64_t n, dt type, void* out) {
   if (type == dt::bf16) {
-    auto* o = static_cast<uint16_t*>(out);
-#pragma omp simd
-    for (int64_t i = 0; i < n; ++i) o[i] = FloatToBf16(in[i]);
+    ActiveElementwiseLoops().to_bf16(in, n, static_cast<uint16_t*>(out));
   } else {
     std::memcpy(out, in, sizeof(float) * n);
   }

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -156,6 +157,28 @@ TEST_P(KernelTest, GeluWithDerivativeMatchesReference) {
   }
   GeluWithDerivative(x.data(), type, n, g.data(), gd.data());
   EXPECT_LT(RelErr(g.Get(), rg), type == dt::bf16 ? 4e-3 : 1e-6);
+}
+
+TEST(ElementwiseLoopsTest, ToBf16RoundsLikeFloatToBf16) {
+  // Ties, NaN, infinities, a vector part and a tail (n = 19).
+  std::vector<float> in = Random(19, 31, 100.0f);
+  in[0] = 1.00390625f;  // 1 + 2^-8: a tie, rounds to even (1.0)
+  in[1] = 1.01171875f;  // 1 + 3 * 2^-8: a tie, rounds up
+  in[2] = std::nanf("");
+  in[3] = -std::numeric_limits<float>::infinity();
+  in[17] = 3.0e38f;
+  for (const ElementwiseLoops* loops : RunnableElementwiseLoops()) {
+    SCOPED_TRACE(loops->isa);
+    std::vector<uint16_t> out(in.size());
+    loops->to_bf16(in.data(), static_cast<int64_t>(in.size()), out.data());
+    for (size_t i = 0; i < in.size(); ++i) {
+      if (std::isnan(in[i])) {
+        EXPECT_TRUE(std::isnan(Bf16ToFloat(out[i]))) << i;
+      } else {
+        EXPECT_EQ(out[i], FloatToBf16(in[i])) << i << " " << in[i];
+      }
+    }
+  }
 }
 
 TEST(ElementwiseLoopsTest, ActiveBuildIsTheBestThisCpuRuns) {
