@@ -52,22 +52,26 @@ LinearFloor MeasureLinearFloor(const ModelConfig& config, int batch, bool bf16,
     std::vector<char> w_fwd(linear.fwd_weights_bytes()),
         w_bwd(linear.bwd_weights_bytes());
     linear.PrepareWeights(w.data(), w_fwd.data(), w_bwd.data());
+    const size_t y_size = kernels::DtSize(o.y_type);
+    const size_t dx_size = kernels::DtSize(o.dx_type);
     std::vector<char> x = buffer(size_t{1} * M * o.K * c, true);
-    std::vector<char> y = buffer(size_t{1} * M * o.N * kernels::DtSize(o.y_type), false);
+    std::vector<char> y = buffer(size_t{1} * M * o.N * y_size, false);
     std::vector<char> dy = buffer(size_t{1} * M * o.N * c, true);
-    std::vector<char> dx = buffer(size_t{1} * M * o.K * kernels::DtSize(o.dx_type), false);
-    std::vector<char> mul = buffer(size_t{1} * M * o.K * kernels::DtSize(o.dx_type), true);
+    std::vector<char> dx = buffer(size_t{1} * M * o.K * dx_size, false);
+    std::vector<char> mul = buffer(size_t{1} * M * o.K * dx_size, true);
     std::vector<float> residual(o.residual ? size_t{1} * M * o.N : 0, 0.0f);
     std::vector<float> dw(size_t{1} * o.N * o.K);
     const double flops = 2.0 * M * o.K * o.N;
-    const int per_step = std::string(shape.name) == "head" ? 1 : config.layers;
+    const int per_step =
+        std::string(shape.name) == "head" ? 1 : config.layers;
     const struct {
       const char* pass;
       std::function<void()> call;
     } passes[] = {
         {"fwd",
          [&] {
-           linear.Forward(x.data(), w_fwd.data(), o.bias ? bias.data() : nullptr,
+           linear.Forward(x.data(), w_fwd.data(),
+                          o.bias ? bias.data() : nullptr,
                           o.residual ? residual.data() : nullptr, y.data());
          }},
         {"bwd_data",
@@ -77,7 +81,9 @@ LinearFloor MeasureLinearFloor(const ModelConfig& config, int batch, bool bf16,
          }},
         // The matmul alone: no bias-gradient column sum.
         {"bwd_weights",
-         [&] { linear.BackwardWeights(x.data(), dy.data(), dw.data(), nullptr); }},
+         [&] {
+           linear.BackwardWeights(x.data(), dy.data(), dw.data(), nullptr);
+         }},
     };
     for (const auto& pass : passes) {
       const double ms = MedianMs(pass.call);

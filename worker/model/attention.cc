@@ -200,9 +200,8 @@ std::string CausalAttention::impl() const {
 
 CausalAttention::~CausalAttention() = default;
 
-void CausalAttention::Probabilities(int block, ThreadScratch& ts,
-                                    const char* qkv_b, float* lse_b,
-                                    bool lse_known) {
+void CausalAttention::Scores(int block, ThreadScratch& ts,
+                             const char* qkv_b) {
   const RowBlock& blk = *blocks_[block];
   Matmul::Bound& qk = ts.calls[block]->qk;
   const size_t row_bytes = static_cast<size_t>(C_ / H_) * esize_;
@@ -211,13 +210,6 @@ void CausalAttention::Probabilities(int block, ThreadScratch& ts,
   for (int h = 0; h < H_; ++h) {
     qk.Run(ts.stream, qkv_b + h * head + blk.r0 * row_bytes,
            qkv_b + head_bytes_ + h * head, ts.s + h * tile);
-  }
-  if (lse_known) {
-    CausalSoftmaxFromLse(ts.s, lse_b + blk.r0, T_, H_, blk.rows, blk.n,
-                         blk.r0, cdt_, ts.p);
-  } else {
-    CausalSoftmax(ts.s, H_, blk.rows, blk.n, blk.r0, cdt_, ts.p,
-                  lse_b + blk.r0, T_);
   }
 }
 
@@ -236,8 +228,10 @@ void CausalAttention::Forward(const void* qkv, int B, void* out,
     char* out_b = static_cast<char*>(out) + b * out_seq;
     for (int i = 0; i < blocks(); ++i) {
       const RowBlock& blk = *blocks_[i];
-      Probabilities(i, ts, qkv_b, lse + int64_t{b} * H_ * T_,
-                    /*lse_known=*/false);
+      Scores(i, ts, qkv_b);
+      // lse (H, T) of sequence b: this block's rows start at r0.
+      CausalSoftmax(ts.s, H_, blk.rows, blk.n, blk.r0, cdt_, ts.p,
+                    lse + int64_t{b} * H_ * T_ + blk.r0, T_);
       const size_t p_tile = size_t{1} * blk.rows * blk.n * esize_;
       for (int h = 0; h < H_; ++h) {
         ts.calls[i]->pv.Run(ts.stream, static_cast<char*>(ts.p) + h * p_tile,
@@ -307,9 +301,9 @@ void CausalAttention::Backward(const void* qkv, const float* lse,
       char* p = static_cast<char*>(ts.p);
       char* dp = static_cast<char*>(ts.dp);
       char* ds = static_cast<char*>(ts.ds);
-      Probabilities(i, ts, qkv_b,
-                    const_cast<float*>(lse) + int64_t{b} * H_ * T_,
-                    /*lse_known=*/true);
+      Scores(i, ts, qkv_b);
+      CausalSoftmaxFromLse(ts.s, lse + int64_t{b} * H_ * T_ + blk.r0, T_, H_,
+                           blk.rows, blk.n, blk.r0, cdt_, ts.p);
       for (int h = 0; h < H_; ++h) {
         const char* v_h = qkv_b + 2 * head_bytes_ + h * head;
         calls.dp.Run(ts.stream, dout_b + h * head + at, v_h, dp + h * p_tile);
@@ -328,7 +322,8 @@ void CausalAttention::Backward(const void* qkv, const float* lse,
     if (cdt_ != dt::f32) {
       // dK, dV are adjacent in both layouts: one conversion of 2 T C values.
       ActiveElementwiseLoops().to_bf16(
-          ts.acc, 2 * head_elems, reinterpret_cast<uint16_t*>(dqkv_b + head_bytes_));
+          ts.acc, 2 * head_elems,
+          reinterpret_cast<uint16_t*>(dqkv_b + head_bytes_));
     }
   }
 }

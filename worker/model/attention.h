@@ -85,10 +85,8 @@ class CausalAttention {
   struct ThreadScratch;
   struct RowBlock;
   void EnsureThreads(int nthreads);
-  // S, then P of row block `block` of one sequence into ts.s / ts.p; with
-  // lse_known, from lse_b (H, T) of that sequence, else writing it.
-  void Probabilities(int block, ThreadScratch& ts, const char* qkv_b,
-                     float* lse_b, bool lse_known);
+  // S = QK^T / sqrt(hd) of row block `block` of one sequence into ts.s.
+  void Scores(int block, ThreadScratch& ts, const char* qkv_b);
   DnnlEnv* env_;
   int T_, C_, H_;
   dt cdt_;

@@ -66,7 +66,8 @@ inline Gelu8 GeluAndDerivative8(__m256 x) {
   }
   // e = exp(-u^2)
   const __m256 z = _mm256_mul_ps(_mm256_xor_ps(u, sign), u);
-  const __m256 e = kBf16Grade ? Exp8NonPositiveBf16Grade(z) : Exp8NonPositive(z);
+  const __m256 e =
+      kBf16Grade ? Exp8NonPositiveBf16Grade(z) : Exp8NonPositive(z);
   __m256 poly = _mm256_fmadd_ps(_mm256_set1_ps(1.061405429f), t,
                                 _mm256_set1_ps(-1.453152027f));
   poly = _mm256_fmadd_ps(poly, t, _mm256_set1_ps(1.421413741f));
@@ -75,7 +76,8 @@ inline Gelu8 GeluAndDerivative8(__m256 x) {
   poly = _mm256_mul_ps(poly, t);
   const __m256 erf_abs = _mm256_fnmadd_ps(poly, e, one);
   const __m256 erf = _mm256_or_ps(erf_abs, _mm256_and_ps(u, sign));
-  const __m256 cdf = _mm256_mul_ps(_mm256_set1_ps(0.5f), _mm256_add_ps(one, erf));
+  const __m256 cdf =
+      _mm256_mul_ps(_mm256_set1_ps(0.5f), _mm256_add_ps(one, erf));
   Gelu8 out;
   out.g = _mm256_mul_ps(x, cdf);
   out.gd = _mm256_fmadd_ps(_mm256_mul_ps(x, e), _mm256_set1_ps(0.39894228f),
@@ -206,7 +208,9 @@ void CausalSoftmaxBackwardOf(const T* p, const T* dp, int H, int rows, int n,
       vdot = _mm256_fmadd_ps(Load8(pr + j), Load8(dpr + j), vdot);
     }
     float dot = HorizontalSum8(vdot);
-    for (int j = kept8; j < kept; ++j) dot += LoadOne(pr + j) * LoadOne(dpr + j);
+    for (int j = kept8; j < kept; ++j) {
+      dot += LoadOne(pr + j) * LoadOne(dpr + j);
+    }
     const __m256 dot8 = _mm256_set1_ps(dot);
     for (int j = 0; j < kept8; j += 8) {
       Store8(_mm256_mul_ps(Load8(pr + j), _mm256_sub_ps(Load8(dpr + j), dot8)),
