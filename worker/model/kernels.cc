@@ -412,14 +412,34 @@ double FusedCrossEntropy(float* logits, const uint8_t* targets,
   for (int64_t m = 0; m < M; ++m) {
     float* row = logits + m * V;
     const int target = targets[(m / T) * target_stride + m % T];
-    float mx = row[0];
-    for (int v = 1; v < V; ++v) mx = std::max(mx, row[v]);
-    float sum = 0;
-    for (int v = 0; v < V; ++v) sum += std::exp(row[v] - mx);
+    // 8 lanes with the polynomial exp (libm's scalar expf was most of this
+    // loop's time), then the tail; a NaN logit makes the loss NaN.
+    const int v8 = V / 8 * 8;
+    __m256 vmax = _mm256_set1_ps(row[0]);
+    for (int v = 0; v < v8; v += 8) vmax = _mm256_max_ps(vmax, Load8(row + v));
+    float mx = vmath::HorizontalMax8(vmax);
+    for (int v = v8; v < V; ++v) mx = std::max(mx, row[v]);
+    const __m256 mx8 = _mm256_set1_ps(mx);
+    __m256 vsum = _mm256_setzero_ps();
+    for (int v = 0; v < v8; v += 8) {
+      vsum = _mm256_add_ps(
+          vsum, vmath::Exp8NonPositive(_mm256_sub_ps(Load8(row + v), mx8)));
+    }
+    float sum = vmath::HorizontalSum8(vsum);
+    for (int v = v8; v < V; ++v) sum += vmath::ExpNonPositive(row[v] - mx);
     const float lse = mx + std::log(sum);
     total += static_cast<double>(lse - row[target]);
     if (want_grad) {
-      for (int v = 0; v < V; ++v) row[v] = std::exp(row[v] - lse) * inv_m;
+      const __m256 lse8 = _mm256_set1_ps(lse);
+      const __m256 inv_m8 = _mm256_set1_ps(inv_m);
+      for (int v = 0; v < v8; v += 8) {
+        const __m256 p =
+            vmath::Exp8NonPositive(_mm256_sub_ps(Load8(row + v), lse8));
+        Store8(_mm256_mul_ps(p, inv_m8), row + v);
+      }
+      for (int v = v8; v < V; ++v) {
+        row[v] = vmath::ExpNonPositive(row[v] - lse) * inv_m;
+      }
       row[target] -= inv_m;
     }
   }

@@ -447,25 +447,36 @@ TEST_P(KernelTest, LayerNormMatchesReference) {
 }
 
 TEST(KernelF32Test, FusedCrossEntropyMatchesReference) {
-  const int B = 3, T = 7, V = 256, M = B * T;
-  std::vector<float> logits = Random(M * V, 19, 2.0f);
-  std::vector<uint8_t> tokens(B * (T + 1));
-  std::mt19937 gen(20);
-  for (auto& t : tokens) t = static_cast<uint8_t>(gen() & 255);
-  std::vector<uint8_t> targets(M);
-  for (int b = 0; b < B; ++b) {
-    for (int t = 0; t < T; ++t) targets[b * T + t] = tokens[b * (T + 1) + t + 1];
+  // The byte vocabulary (8-lane loops only) and V = 19 (a tail too).
+  for (const int V : {256, 19}) {
+    SCOPED_TRACE(V);
+    const int B = 3, T = 7, M = B * T;
+    std::vector<float> logits = Random(M * V, 19, 2.0f);
+    std::vector<uint8_t> tokens(B * (T + 1));
+    std::mt19937 gen(20);
+    for (auto& t : tokens) t = static_cast<uint8_t>(gen() % V);
+    std::vector<uint8_t> targets(M);
+    for (int b = 0; b < B; ++b) {
+      for (int t = 0; t < T; ++t) {
+        targets[b * T + t] = tokens[b * (T + 1) + t + 1];
+      }
+    }
+    std::vector<float> rd(M * V);
+    const float want =
+        ref::CrossEntropy(logits.data(), targets.data(), M, V, rd.data());
+    const double loss_only = FusedCrossEntropy(logits.data(), tokens.data() + 1,
+                                               T + 1, B, T, V, false);
+    const double loss = FusedCrossEntropy(logits.data(), tokens.data() + 1,
+                                          T + 1, B, T, V, true);
+    EXPECT_NEAR(loss_only, want, 1e-5 * want);
+    EXPECT_NEAR(loss, want, 1e-5 * want);
+    EXPECT_LT(RelErr(logits, rd), 1e-5);
+    // A NaN logit makes the loss NaN (the trainer then refuses the step).
+    logits = Random(M * V, 19, 2.0f);
+    logits[5 * V + 3] = std::nanf("");
+    EXPECT_TRUE(std::isnan(FusedCrossEntropy(
+        logits.data(), tokens.data() + 1, T + 1, B, T, V, false)));
   }
-  std::vector<float> rd(M * V);
-  const float want =
-      ref::CrossEntropy(logits.data(), targets.data(), M, V, rd.data());
-  const double loss_only =
-      FusedCrossEntropy(logits.data(), tokens.data() + 1, T + 1, B, T, V, false);
-  const double loss =
-      FusedCrossEntropy(logits.data(), tokens.data() + 1, T + 1, B, T, V, true);
-  EXPECT_NEAR(loss_only, want, 1e-5 * want);
-  EXPECT_NEAR(loss, want, 1e-5 * want);
-  EXPECT_LT(RelErr(logits, rd), 1e-5);
 }
 
 TEST(KernelF32Test, EmbeddingMatchesReference) {
