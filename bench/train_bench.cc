@@ -159,9 +159,8 @@ int RunTrainBench(int argc, char** argv) {
   BenchOptions o;
   if (!ParseArgs(argc, argv, &o)) return 2;
   // As gasloc-train: passive OpenMP waiting after a short spin unless the
-  // caller chose, in
-  // this process (a setenv alone reached only the PyTorch child: libgomp
-  // reads the variable at load time) and in the PyTorch run.
+  // caller chose, in this process (a setenv alone reached only the PyTorch
+  // child: libgomp reads the variable at load time) and in the PyTorch run.
   EnsureOmpWaitPolicy(kTrainingOmpWaitPolicy, kTrainingOmpSpinCount);
   struct Preset {
     const char* name;

@@ -1,11 +1,13 @@
 // The fast kernels of the transformer: thin wrappers around oneDNN
-// primitives (matmul, softmax, eltwise GELU, reorder) plus our own loops
-// where fusing beats a primitive or oneDNN has none (LayerNorm fused with
-// the residual add and the bf16 conversion, GELU with its derivative,
-// embedding, fused cross-entropy, bias-gradient column sums). Each
-// object is built once for one shape and precision and reused every step;
-// worker/model/reference_kernels.h holds the plain-loop reference of each,
-// and tests/worker/model/kernels_test.cc compares them.
+// primitives (matmul, eltwise GELU, reorder) plus our own loops where fusing
+// beats a primitive or oneDNN has none (LayerNorm fused with the residual
+// add and the bf16 conversion, GELU with its derivative, embedding, fused
+// cross-entropy, bias-gradient column sums). Attention and its layouts are
+// in attention.h; the GELU and softmax loops are built per instruction set
+// (elementwise_loops.h). Each object is built once for one shape and
+// precision and reused every step; worker/model/reference_kernels.h holds
+// the plain-loop reference of each, and tests/worker/model/kernels_test.cc
+// compares them.
 //
 // Data types: `cdt` is the compute type of matmul inputs (f32, or bf16 stored
 // as uint16_t); matmuls accumulate in f32; LayerNorm runs in f32.
