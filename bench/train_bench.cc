@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,7 +36,7 @@ constexpr char kUsage[] =
     "gasloc-bench train [--preset=S|M|D24] [--layers=N] [--d-model=N] "
     "[--heads=N] [--ctx=N] [--batch=N] [--threads=2] [--dtype=fp32|bf16] "
     "[--steps=10] [--warmup=2] [--data=FILE] [--compare-torch] "
-    "[--matmul-peak] [--linear-floor]\n";
+    "[--matmul-peak] [--linear-floor] [--rounds=1]\n";
 
 struct BenchOptions {
   std::string preset = "S";
@@ -48,6 +49,7 @@ struct BenchOptions {
   bool compare_torch = false;
   bool matmul_peak = false;
   bool linear_floor = false;
+  int rounds = 1;  // --compare-torch: alternating runs, median ratio
 };
 
 double Seconds(std::chrono::steady_clock::time_point a,
@@ -67,7 +69,8 @@ bool ParseArgs(int argc, char** argv, BenchOptions* o) {
   flags.ints = {{"layers", &o->layers}, {"d-model", &o->d_model},
                 {"heads", &o->heads},   {"ctx", &o->ctx},
                 {"batch", &o->batch},   {"threads", &o->threads},
-                {"steps", &o->steps},   {"warmup", &o->warmup}};
+                {"steps", &o->steps},   {"warmup", &o->warmup},
+                {"rounds", &o->rounds}};
   flags.strings = {{"preset", &o->preset}, {"dtype", &o->dtype},
                    {"data", &o->data}};
   flags.bools = {{"compare-torch", &o->compare_torch},
@@ -155,6 +158,71 @@ double JsonNumber(const std::string& json, const std::string& key) {
   return std::strtod(json.c_str() + at + needle.size(), nullptr);
 }
 
+// One timed run of our trainer: medians over the steps after the warm-up.
+struct OursResult {
+  uint64_t params = 0;
+  double tokens_per_s = 0, ms_per_step = 0, fwd_bwd_ms = 0, optimizer_ms = 0;
+  double peak_rss_bytes = 0, gflops = 0, fwd_bwd_gflops = 0;
+};
+
+std::optional<OursResult> RunOurs(const BenchOptions& o,
+                                  const v1::JobSpec& spec) {
+  TrainerOptions options;
+  options.spec = spec;
+  options.threads = o.threads;
+  options.total_steps = static_cast<uint64_t>(o.steps);
+  auto trainer = Trainer::Create(options);
+  if (!trainer.ok()) {
+    std::fprintf(stderr, "gasloc-bench train: %s\n",
+                 trainer.status().ToString().c_str());
+    return std::nullopt;
+  }
+  Trainer& t = **trainer;
+  std::vector<double> step_s, fwd_bwd_s, optimizer_s;
+  for (int i = 0; i < o.steps; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto loss = t.ComputeGradients();
+    const auto t1 = std::chrono::steady_clock::now();
+    if (!loss.ok()) {
+      std::fprintf(stderr, "gasloc-bench train: %s\n",
+                   loss.status().ToString().c_str());
+      return std::nullopt;
+    }
+    auto applied = t.ApplyGradients();
+    const auto t2 = std::chrono::steady_clock::now();
+    if (!applied.ok()) {
+      std::fprintf(stderr, "gasloc-bench train: %s\n",
+                   applied.status().ToString().c_str());
+      return std::nullopt;
+    }
+    const double s = Seconds(t0, t2);
+    std::printf("step %d/%d loss %.4f ms %.1f (fwd+bwd %.1f, optimizer %.1f) "
+                "tok/s %.0f\n",
+                i + 1, o.steps, *loss, s * 1e3, Seconds(t0, t1) * 1e3,
+                Seconds(t1, t2) * 1e3, t.tokens_per_step() / s);
+    std::fflush(stdout);
+    if (i >= o.warmup || o.steps <= o.warmup) {
+      step_s.push_back(s);
+      fwd_bwd_s.push_back(Seconds(t0, t1));
+      optimizer_s.push_back(Seconds(t1, t2));
+    }
+  }
+  const double median = Median(step_s);
+  const double flops = t.model().TrainingFlops(t.batch(), t.config().context);
+  struct rusage usage;
+  ::getrusage(RUSAGE_SELF, &usage);
+  OursResult r;
+  r.params = t.params().layout().parameter_count();
+  r.tokens_per_s = t.tokens_per_step() / median;
+  r.ms_per_step = median * 1e3;
+  r.fwd_bwd_ms = Median(fwd_bwd_s) * 1e3;
+  r.optimizer_ms = Median(optimizer_s) * 1e3;
+  r.peak_rss_bytes = static_cast<double>(usage.ru_maxrss) * 1024.0;
+  r.gflops = flops / median / 1e9;
+  r.fwd_bwd_gflops = flops / Median(fwd_bwd_s) / 1e9;
+  return r;
+}
+
 int RunTrainBench(int argc, char** argv) {
   BenchOptions o;
   if (!ParseArgs(argc, argv, &o)) return 2;
@@ -182,9 +250,9 @@ int RunTrainBench(int argc, char** argv) {
                  o.dtype.c_str());
     return 2;
   }
-  if (o.steps < 0 || o.warmup < 0 || o.threads < 1) {
+  if (o.steps < 0 || o.warmup < 0 || o.threads < 1 || o.rounds < 1) {
     std::fprintf(stderr, "gasloc-bench train: --steps and --warmup must be >= 0 "
-                         "and --threads >= 1\n");
+                         "and --threads, --rounds >= 1\n");
     return 2;
   }
   if (o.data.empty()) {
@@ -251,85 +319,66 @@ int RunTrainBench(int argc, char** argv) {
     add("linear_floor_ms", absl::StrFormat("%.2f", floor_ms));
   }
 
-  double ours_tps = 0, ours_rss = 0;
-  if (o.steps > 0) {
-    TrainerOptions options;
-    options.spec = spec;
-    options.threads = o.threads;
-    options.total_steps = static_cast<uint64_t>(o.steps);
-    auto trainer = Trainer::Create(options);
-    if (!trainer.ok()) {
-      std::fprintf(stderr, "gasloc-bench train: %s\n",
-                   trainer.status().ToString().c_str());
-      return 1;
-    }
-    Trainer& t = **trainer;
-    std::vector<double> step_s, fwd_bwd_s, optimizer_s;
-    for (int i = 0; i < o.steps; ++i) {
-      const auto t0 = std::chrono::steady_clock::now();
-      auto loss = t.ComputeGradients();
-      const auto t1 = std::chrono::steady_clock::now();
-      if (!loss.ok()) {
-        std::fprintf(stderr, "gasloc-bench train: %s\n",
-                     loss.status().ToString().c_str());
-        return 1;
-      }
-      auto applied = t.ApplyGradients();
-      const auto t2 = std::chrono::steady_clock::now();
-      if (!applied.ok()) {
-        std::fprintf(stderr, "gasloc-bench train: %s\n",
-                     applied.status().ToString().c_str());
-        return 1;
-      }
-      const double s = Seconds(t0, t2);
-      std::printf("step %d/%d loss %.4f ms %.1f (fwd+bwd %.1f, optimizer %.1f) "
-                  "tok/s %.0f\n",
-                  i + 1, o.steps, *loss, s * 1e3, Seconds(t0, t1) * 1e3,
-                  Seconds(t1, t2) * 1e3, t.tokens_per_step() / s);
-      std::fflush(stdout);
-      if (i >= o.warmup || o.steps <= o.warmup) {
-        step_s.push_back(s);
-        fwd_bwd_s.push_back(Seconds(t0, t1));
-        optimizer_s.push_back(Seconds(t1, t2));
-      }
-    }
-    const double median = Median(step_s);
-    const double flops = t.model().TrainingFlops(t.batch(), t.config().context);
-    struct rusage usage;
-    ::getrusage(RUSAGE_SELF, &usage);
-    ours_tps = t.tokens_per_step() / median;
-    ours_rss = static_cast<double>(usage.ru_maxrss) * 1024.0;
-    const double gflops = flops / median / 1e9;
-    add("params", absl::StrCat(t.params().layout().parameter_count()));
-    add("tokens_per_s", absl::StrFormat("%.1f", ours_tps));
-    add("ms_per_step", absl::StrFormat("%.2f", median * 1e3));
-    add("fwd_bwd_ms", absl::StrFormat("%.2f", Median(fwd_bwd_s) * 1e3));
-    add("optimizer_ms", absl::StrFormat("%.2f", Median(optimizer_s) * 1e3));
-    add("peak_rss_bytes", absl::StrFormat("%.0f", ours_rss));
-    add("achieved_gflops", absl::StrFormat("%.1f", gflops));
-    add("fwd_bwd_gflops",
-        absl::StrFormat("%.1f", flops / Median(fwd_bwd_s) / 1e9));
-    if (peak > 0) add("fraction_of_matmul_peak", absl::StrFormat("%.3f", gflops / peak));
+  if (o.steps <= 0) {
+    json += "}";
+    std::printf("%s\n", json.c_str());
+    return 0;
   }
-
-  if (o.compare_torch && o.steps > 0) {
-    const ModelConfig c{static_cast<int>(spec.model().layers()),
-                        static_cast<int>(spec.model().d_model()),
-                        static_cast<int>(spec.model().heads()),
-                        static_cast<int>(spec.model().context())};
-    const std::string torch =
-        RunTorch(o, c, static_cast<int>(spec.training().batch()), o.data);
+  // Rounds alternate our run and PyTorch's, so a slow minute of this shared
+  // machine hits both; the reported ratio is the median over rounds.
+  const ModelConfig config{static_cast<int>(spec.model().layers()),
+                           static_cast<int>(spec.model().d_model()),
+                           static_cast<int>(spec.model().heads()),
+                           static_cast<int>(spec.model().context())};
+  OursResult ours;
+  std::string torch;
+  std::vector<double> ratios;
+  for (int round = 1; round <= o.rounds; ++round) {
+    if (o.rounds > 1) std::printf("round %d/%d\n", round, o.rounds);
+    std::optional<OursResult> run = RunOurs(o, spec);
+    if (!run.has_value()) return 1;
+    ours = *run;
+    if (!o.compare_torch) continue;
+    torch = RunTorch(o, config, static_cast<int>(spec.training().batch()),
+                     o.data);
     if (torch.empty()) return 1;
-    const double torch_tps = JsonNumber(torch, "tokens_per_s");
-    const double torch_rss = JsonNumber(torch, "peak_rss_bytes");
+    ratios.push_back(ours.tokens_per_s / JsonNumber(torch, "tokens_per_s"));
+    std::printf("round %d: ours %.1f ms/step, PyTorch %.1f ms/step, ratio "
+                "%.3f\n",
+                round, ours.ms_per_step, JsonNumber(torch, "ms_per_step"),
+                ratios.back());
+  }
+  // Our figures (and PyTorch's JSON) are from the last round.
+  add("params", absl::StrCat(ours.params));
+  add("tokens_per_s", absl::StrFormat("%.1f", ours.tokens_per_s));
+  add("ms_per_step", absl::StrFormat("%.2f", ours.ms_per_step));
+  add("fwd_bwd_ms", absl::StrFormat("%.2f", ours.fwd_bwd_ms));
+  add("optimizer_ms", absl::StrFormat("%.2f", ours.optimizer_ms));
+  add("peak_rss_bytes", absl::StrFormat("%.0f", ours.peak_rss_bytes));
+  add("achieved_gflops", absl::StrFormat("%.1f", ours.gflops));
+  add("fwd_bwd_gflops", absl::StrFormat("%.1f", ours.fwd_bwd_gflops));
+  if (peak > 0) {
+    add("fraction_of_matmul_peak",
+        absl::StrFormat("%.3f", ours.gflops / peak));
+  }
+  if (o.compare_torch) {
     add("torch", torch);
-    add("speedup_vs_torch", absl::StrFormat("%.3f", ours_tps / torch_tps));
+    add("rounds", absl::StrCat(o.rounds));
+    std::string per_round;
+    for (double r : ratios) {
+      absl::StrAppend(&per_round, per_round.empty() ? "" : ", ",
+                      absl::StrFormat("%.3f", r));
+    }
+    add("speedup_vs_torch_by_round", absl::StrCat("[", per_round, "]"));
+    add("speedup_vs_torch", absl::StrFormat("%.3f", Median(ratios)));
     if (floor_ms > 0) {
       // The best speedup any step built on these matmuls could reach.
       add("speedup_bound_from_linear_floor",
           absl::StrFormat("%.3f", JsonNumber(torch, "ms_per_step") / floor_ms));
     }
-    add("rss_ratio_vs_torch", absl::StrFormat("%.3f", ours_rss / torch_rss));
+    add("rss_ratio_vs_torch",
+        absl::StrFormat("%.3f",
+                        ours.peak_rss_bytes / JsonNumber(torch, "peak_rss_bytes")));
   }
   json += "}";
   std::printf("%s\n", json.c_str());
