@@ -7,6 +7,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "tests/support/bench_run.h"
 
 namespace gasloc::bench {
 namespace {
@@ -31,39 +32,28 @@ TEST(NonInferiorityStatsTest, UpperBoundIsMeanPlusTSdOverRootN) {
   EXPECT_FALSE(TestNonInferiority({0.0, 0.02, -0.01, 0.03, -0.02}, 0.01).pass);
 }
 
-double Number(const std::string& json, const std::string& key) {
-  const size_t at = json.find("\"" + key + "\": ");
-  if (at == std::string::npos) return NAN;
-  return std::strtod(json.c_str() + at + key.size() + 4, nullptr);
-}
+using testing::JsonNumber;
 
 TEST(NonInferiorityBenchTest, QuickPresetPrintsTheTableAndVerdict) {
-  const std::string command =
-      GASLOC_BINARY_DIR "/bench/gasloc-bench noninferiority --quick "
-                        "--stages=2 2>&1";
-  std::FILE* pipe = ::popen(command.c_str(), "r");
-  ASSERT_NE(pipe, nullptr);
-  std::string out, last;
-  char line[8192];
-  while (std::fgets(line, sizeof(line), pipe) != nullptr) {
-    out += line;
-    if (line[0] == '{') last = line;
-  }
-  ASSERT_EQ(::pclose(pipe), 0) << out;
+  const testing::BenchRun run =
+      testing::RunBench("noninferiority --quick --stages=2");
+  ASSERT_EQ(run.status, 0) << run.output;
+  const std::string& out = run.output;
+  const std::string& last = run.json;
   EXPECT_NE(out.find("| seed | tok/s BP | tok/s RGC |"), std::string::npos)
       << out;
   EXPECT_NE(out.find("upper bound"), std::string::npos) << out;
   EXPECT_TRUE(out.find(": PASS") != std::string::npos ||
               out.find(": FAIL") != std::string::npos)
       << out;
-  EXPECT_EQ(Number(last, "seeds"), 5) << last;
-  EXPECT_EQ(Number(last, "stages"), 2) << last;
-  EXPECT_GT(Number(last, "throughput_ratio"), 0.05) << last;
-  EXPECT_GT(Number(last, "memory_ratio"), 0.5) << last;
+  EXPECT_EQ(JsonNumber(last, "seeds"), 5) << last;
+  EXPECT_EQ(JsonNumber(last, "stages"), 2) << last;
+  EXPECT_GT(JsonNumber(last, "throughput_ratio"), 0.05) << last;
+  EXPECT_GT(JsonNumber(last, "memory_ratio"), 0.5) << last;
   // 30 steps learn something on both sides (uniform = 8 bits per byte).
-  EXPECT_LT(Number(last, "bpb_global"), 7.0) << last;
-  EXPECT_LT(Number(last, "bpb_rgc"), 7.0) << last;
-  EXPECT_LT(std::fabs(Number(last, "mean_gap")), 0.5) << last;
+  EXPECT_LT(JsonNumber(last, "bpb_global"), 7.0) << last;
+  EXPECT_LT(JsonNumber(last, "bpb_rgc"), 7.0) << last;
+  EXPECT_LT(std::fabs(JsonNumber(last, "mean_gap")), 0.5) << last;
 }
 
 }  // namespace

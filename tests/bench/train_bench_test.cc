@@ -1,44 +1,32 @@
 // gasloc-bench train end to end on a tiny shape: our run, the linear floor
 // and two alternating rounds against the PyTorch reference (real processes),
 // checked through the one JSON line the bench ends with.
-#include <cmath>
-#include <cstdio>
 #include <cstdlib>
 #include <string>
 
 #include "gtest/gtest.h"
+#include "tests/support/bench_run.h"
 
 namespace gasloc::bench {
 namespace {
 
-double Number(const std::string& json, const std::string& key) {
-  const size_t at = json.find("\"" + key + "\": ");
-  if (at == std::string::npos) return NAN;
-  return std::strtod(json.c_str() + at + key.size() + 4, nullptr);
-}
+using testing::JsonNumber;
 
 TEST(TrainBenchTest, TinyShapeReportsFloorAndMedianRatioOverRounds) {
-  const std::string command =
-      GASLOC_BINARY_DIR "/bench/gasloc-bench train --layers=1 --d-model=32 "
-                        "--heads=2 --ctx=32 --batch=2 --threads=2 --steps=3 "
-                        "--warmup=1 --dtype=bf16 --linear-floor "
-                        "--compare-torch --rounds=2 2>&1";
-  std::FILE* pipe = ::popen(command.c_str(), "r");
-  ASSERT_NE(pipe, nullptr);
-  std::string out, last;
-  char line[8192];
-  while (std::fgets(line, sizeof(line), pipe) != nullptr) {
-    out += line;
-    if (line[0] == '{') last = line;
-  }
-  ASSERT_EQ(::pclose(pipe), 0) << out;
+  const testing::BenchRun run = testing::RunBench(
+      "train --layers=1 --d-model=32 --heads=2 --ctx=32 --batch=2 "
+      "--threads=2 --steps=3 --warmup=1 --dtype=bf16 --linear-floor "
+      "--compare-torch --rounds=2");
+  ASSERT_EQ(run.status, 0) << run.output;
+  const std::string& out = run.output;
+  const std::string& last = run.json;
   EXPECT_NE(out.find("linear floor of one step"), std::string::npos) << out;
   EXPECT_NE(out.find("round 2: ours"), std::string::npos) << out;
-  EXPECT_GT(Number(last, "tokens_per_s"), 0) << last;
-  EXPECT_GT(Number(last, "linear_floor_ms"), 0) << last;
-  EXPECT_EQ(Number(last, "rounds"), 2) << last;
-  EXPECT_GT(Number(last, "speedup_vs_torch"), 0) << last;
-  EXPECT_GT(Number(last, "speedup_bound_from_linear_floor"), 0) << last;
+  EXPECT_GT(JsonNumber(last, "tokens_per_s"), 0) << last;
+  EXPECT_GT(JsonNumber(last, "linear_floor_ms"), 0) << last;
+  EXPECT_EQ(JsonNumber(last, "rounds"), 2) << last;
+  EXPECT_GT(JsonNumber(last, "speedup_vs_torch"), 0) << last;
+  EXPECT_GT(JsonNumber(last, "speedup_bound_from_linear_floor"), 0) << last;
   // Two per-round ratios, and the reported one is their median (mean of 2).
   const size_t at = last.find("\"speedup_vs_torch_by_round\": [");
   ASSERT_NE(at, std::string::npos) << last;
@@ -47,7 +35,7 @@ TEST(TrainBenchTest, TinyShapeReportsFloorAndMedianRatioOverRounds) {
   const double r2 = std::strtod(end + 1, nullptr);
   EXPECT_GT(r1, 0);
   EXPECT_GT(r2, 0);
-  EXPECT_NEAR(Number(last, "speedup_vs_torch"), (r1 + r2) / 2, 1e-3) << last;
+  EXPECT_NEAR(JsonNumber(last, "speedup_vs_torch"), (r1 + r2) / 2, 1e-3) << last;
 }
 
 }  // namespace
