@@ -173,7 +173,10 @@ CausalAttention::CausalAttention(DnnlEnv* env, int T, int C, int H, dt cdt,
       H_(H),
       cdt_(cdt),
       esize_(DtSize(cdt)),
-      head_bytes_(static_cast<size_t>(T) * C * DtSize(cdt)) {
+      row_bytes_(static_cast<size_t>(C / H) * DtSize(cdt)),
+      head_stride_(static_cast<size_t>(T) * row_bytes_),
+      head_bytes_(static_cast<size_t>(T) * C * DtSize(cdt)),
+      qkv_seq_(3 * head_bytes_) {
   const int rows = std::max(1, std::min(block_rows, T));
   const int nb = (T + rows - 1) / rows;
   for (int i = 0; i < nb; ++i) {
@@ -204,28 +207,22 @@ void CausalAttention::Scores(int block, ThreadScratch& ts,
                              const char* qkv_b) {
   const RowBlock& blk = *blocks_[block];
   Matmul::Bound& qk = ts.calls[block]->qk;
-  const size_t row_bytes = static_cast<size_t>(C_ / H_) * esize_;
-  const size_t head = static_cast<size_t>(T_) * row_bytes;  // one head
   const int64_t tile = int64_t{blk.rows} * blk.n;
   for (int h = 0; h < H_; ++h) {
-    qk.Run(ts.stream, qkv_b + h * head + blk.r0 * row_bytes,
-           qkv_b + head_bytes_ + h * head, ts.s + h * tile);
+    qk.Run(ts.stream, qkv_b + h * head_stride_ + blk.r0 * row_bytes_,
+           qkv_b + head_bytes_ + h * head_stride_, ts.s + h * tile);
   }
 }
 
 void CausalAttention::Forward(const void* qkv, int B, void* out,
                               float* lse) {
-  const size_t qkv_seq = static_cast<size_t>(T_) * 3 * C_ * esize_;
-  const size_t out_seq = static_cast<size_t>(T_) * C_ * esize_;
-  const size_t row_bytes = static_cast<size_t>(C_ / H_) * esize_;
-  const size_t head = static_cast<size_t>(T_) * row_bytes;
   const int nthreads = std::min(B, omp_get_max_threads());
   EnsureThreads(nthreads);
 #pragma omp parallel for num_threads(nthreads) schedule(dynamic, 1)
   for (int b = 0; b < B; ++b) {
     ThreadScratch& ts = *threads_[omp_get_thread_num()];
-    const char* qkv_b = static_cast<const char*>(qkv) + b * qkv_seq;
-    char* out_b = static_cast<char*>(out) + b * out_seq;
+    const char* qkv_b = static_cast<const char*>(qkv) + b * qkv_seq_;
+    char* out_b = static_cast<char*>(out) + b * head_bytes_;
     for (int i = 0; i < blocks(); ++i) {
       const RowBlock& blk = *blocks_[i];
       Scores(i, ts, qkv_b);
@@ -235,8 +232,8 @@ void CausalAttention::Forward(const void* qkv, int B, void* out,
       const size_t p_tile = size_t{1} * blk.rows * blk.n * esize_;
       for (int h = 0; h < H_; ++h) {
         ts.calls[i]->pv.Run(ts.stream, static_cast<char*>(ts.p) + h * p_tile,
-                            qkv_b + 2 * head_bytes_ + h * head,
-                            out_b + h * head + blk.r0 * row_bytes);
+                            qkv_b + 2 * head_bytes_ + h * head_stride_,
+                            out_b + h * head_stride_ + blk.r0 * row_bytes_);
       }
     }
   }
@@ -273,20 +270,16 @@ void CausalAttention::EnsureThreads(int nthreads) {
 
 void CausalAttention::Backward(const void* qkv, const float* lse,
                                const void* dout, int B, void* dqkv) {
-  const size_t qkv_seq = static_cast<size_t>(T_) * 3 * C_ * esize_;
-  const size_t out_seq = static_cast<size_t>(T_) * C_ * esize_;
-  const size_t row_bytes = static_cast<size_t>(C_ / H_) * esize_;
   const int64_t head_elems = int64_t{T_} * C_;
-  const size_t head = static_cast<size_t>(T_) * row_bytes;  // one head
   const size_t acc_head = static_cast<size_t>(T_) * (C_ / H_) * 4;  // f32
   const int nthreads = std::min(B, omp_get_max_threads());
   EnsureThreads(nthreads);
 #pragma omp parallel for num_threads(nthreads) schedule(dynamic, 1)
   for (int b = 0; b < B; ++b) {
     ThreadScratch& ts = *threads_[omp_get_thread_num()];
-    const char* qkv_b = static_cast<const char*>(qkv) + b * qkv_seq;
-    const char* dout_b = static_cast<const char*>(dout) + b * out_seq;
-    char* dqkv_b = static_cast<char*>(dqkv) + b * qkv_seq;
+    const char* qkv_b = static_cast<const char*>(qkv) + b * qkv_seq_;
+    const char* dout_b = static_cast<const char*>(dout) + b * head_bytes_;
+    char* dqkv_b = static_cast<char*>(dqkv) + b * qkv_seq_;
     // dK, dV accumulate in f32: in place in f32, else in ts.acc.
     void* dk_acc = cdt_ == dt::f32 ? static_cast<void*>(dqkv_b + head_bytes_)
                                    : static_cast<void*>(ts.acc);
@@ -296,7 +289,7 @@ void CausalAttention::Backward(const void* qkv, const float* lse,
     for (int i = blocks() - 1; i >= 0; --i) {
       const RowBlock& blk = *blocks_[i];
       ThreadScratch::BlockCalls& calls = *ts.calls[i];
-      const size_t at = blk.r0 * row_bytes;
+      const size_t at = blk.r0 * row_bytes_;
       const size_t p_tile = size_t{1} * blk.rows * blk.n * esize_;
       char* p = static_cast<char*>(ts.p);
       char* dp = static_cast<char*>(ts.dp);
@@ -305,17 +298,19 @@ void CausalAttention::Backward(const void* qkv, const float* lse,
       CausalSoftmaxFromLse(ts.s, lse + int64_t{b} * H_ * T_ + blk.r0, T_, H_,
                            blk.rows, blk.n, blk.r0, cdt_, ts.p);
       for (int h = 0; h < H_; ++h) {
-        const char* v_h = qkv_b + 2 * head_bytes_ + h * head;
-        calls.dp.Run(ts.stream, dout_b + h * head + at, v_h, dp + h * p_tile);
-        calls.dv.Run(ts.stream, p + h * p_tile, dout_b + h * head + at,
+        const char* v_h = qkv_b + 2 * head_bytes_ + h * head_stride_;
+        calls.dp.Run(ts.stream, dout_b + h * head_stride_ + at, v_h,
+                     dp + h * p_tile);
+        calls.dv.Run(ts.stream, p + h * p_tile, dout_b + h * head_stride_ + at,
                      static_cast<char*>(dv_acc) + h * acc_head);
       }
       CausalSoftmaxBackward(ts.p, ts.dp, H_, blk.rows, blk.n, blk.r0, cdt_,
                             ts.ds);
       for (int h = 0; h < H_; ++h) {
         calls.dq.Run(ts.stream, ds + h * p_tile,
-                     qkv_b + head_bytes_ + h * head, dqkv_b + h * head + at);
-        calls.dk.Run(ts.stream, ds + h * p_tile, qkv_b + h * head + at,
+                     qkv_b + head_bytes_ + h * head_stride_,
+                     dqkv_b + h * head_stride_ + at);
+        calls.dk.Run(ts.stream, ds + h * p_tile, qkv_b + h * head_stride_ + at,
                      static_cast<char*>(dk_acc) + h * acc_head);
       }
     }

@@ -91,7 +91,11 @@ class CausalAttention {
   int T_, C_, H_;
   dt cdt_;
   size_t esize_;
-  size_t head_bytes_;  // one of q, k, v of one sequence: H T hd elements
+  // Byte strides of the head-major tensors, in cdt.
+  size_t row_bytes_;    // one query row of one head: hd elements
+  size_t head_stride_;  // one head of q, k, v or out: T hd elements
+  size_t head_bytes_;   // one of q, k, v of one sequence: H T hd elements
+  size_t qkv_seq_;      // q, k, v of one sequence: 3 T C elements
   size_t per_thread_bytes_ = 0;
   size_t scratchpad_bytes_ = 0;  // the largest oneDNN scratchpad of a block
   std::vector<std::unique_ptr<RowBlock>> blocks_;

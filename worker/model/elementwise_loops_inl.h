@@ -20,7 +20,6 @@ namespace gasloc::kernels {
 namespace {
 
 using vmath::Exp8NonPositive;
-using vmath::Exp8NonPositiveBf16Grade;
 using vmath::ExpNonPositive;
 using vmath::HorizontalMax8;
 using vmath::HorizontalSum8;
@@ -66,8 +65,7 @@ inline Gelu8 GeluAndDerivative8(__m256 x) {
   }
   // e = exp(-u^2)
   const __m256 z = _mm256_mul_ps(_mm256_xor_ps(u, sign), u);
-  const __m256 e =
-      kBf16Grade ? Exp8NonPositiveBf16Grade(z) : Exp8NonPositive(z);
+  const __m256 e = Exp8NonPositive<kBf16Grade>(z);
   __m256 poly = _mm256_fmadd_ps(_mm256_set1_ps(1.061405429f), t,
                                 _mm256_set1_ps(-1.453152027f));
   poly = _mm256_fmadd_ps(poly, t, _mm256_set1_ps(1.421413741f));
@@ -123,11 +121,7 @@ void GeluWithDerivativeLoop(const void* h, dt type, int64_t n, void* g,
 // Exp of non-positive arguments at the accuracy the storage type needs.
 template <typename T>
 inline __m256 Exp8For(__m256 z) {
-  if constexpr (std::is_same_v<T, uint16_t>) {
-    return Exp8NonPositiveBf16Grade(z);
-  } else {
-    return Exp8NonPositive(z);
-  }
+  return Exp8NonPositive<std::is_same_v<T, uint16_t>>(z);
 }
 
 template <typename T>

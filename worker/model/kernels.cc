@@ -97,19 +97,6 @@ void Matmul::Run(const void* a, const void* b, void* c, const float* bias,
   env_->stream.wait();
 }
 
-void Matmul::RunOn(dnnl::stream& stream, void* scratchpad, const void* a,
-                   const void* b, void* c) {
-  std::unordered_map<int, dnnl::memory> args = {
-      {DNNL_ARG_SRC, Mem(desc_.a, env_, a)},
-      {DNNL_ARG_WEIGHTS, Mem(weights_md_, env_, b)},
-      {DNNL_ARG_DST, Mem(desc_.c, env_, c)}};
-  if (desc_.user_scratchpad) {
-    args.emplace(DNNL_ARG_SCRATCHPAD,
-                 Mem(pd_.scratchpad_desc(), env_, scratchpad));
-  }
-  prim_.execute(stream, args);
-}
-
 Matmul::Bound::Bound(const Matmul& matmul, const dnnl::engine& engine,
                      void* scratchpad)
     : matmul_(&matmul),
@@ -423,7 +410,7 @@ double FusedCrossEntropy(float* logits, const uint8_t* targets,
     __m256 vsum = _mm256_setzero_ps();
     for (int v = 0; v < v8; v += 8) {
       vsum = _mm256_add_ps(
-          vsum, vmath::Exp8NonPositive(_mm256_sub_ps(Load8(row + v), mx8)));
+          vsum, vmath::Exp8NonPositive<>(_mm256_sub_ps(Load8(row + v), mx8)));
     }
     float sum = vmath::HorizontalSum8(vsum);
     for (int v = v8; v < V; ++v) sum += vmath::ExpNonPositive(row[v] - mx);
@@ -434,7 +421,7 @@ double FusedCrossEntropy(float* logits, const uint8_t* targets,
       const __m256 inv_m8 = _mm256_set1_ps(inv_m);
       for (int v = 0; v < v8; v += 8) {
         const __m256 p =
-            vmath::Exp8NonPositive(_mm256_sub_ps(Load8(row + v), lse8));
+            vmath::Exp8NonPositive<>(_mm256_sub_ps(Load8(row + v), lse8));
         Store8(_mm256_mul_ps(p, inv_m8), row + v);
       }
       for (int v = v8; v < V; ++v) {

@@ -60,7 +60,7 @@ class Matmul {
     dnnl::memory::desc add_md;
     dnnl::algorithm add_alg = dnnl::algorithm::binary_add;
     float scale = 1.0f;
-    // The caller passes scratch memory to RunOn (so that several threads
+    // The caller passes scratch memory to Bound (so that several threads
     // can run the primitive at once, each with its own scratchpad).
     bool user_scratchpad = false;
     // C += result (a sum post-op) instead of C = result.
@@ -69,15 +69,12 @@ class Matmul {
   Matmul(DnnlEnv* env, const Desc& desc);
   void Run(const void* a, const void* b, void* c, const float* bias = nullptr,
            const void* add = nullptr);
-  // Runs on `stream` with `scratchpad` (scratchpad_bytes() long) when the
-  // Desc asked for user_scratchpad; no bias or add.
-  void RunOn(dnnl::stream& stream, void* scratchpad, const void* a,
-             const void* b, void* c);
   size_t scratchpad_bytes() const;
-  // The primitive with memory objects created once, for many RunOn-like
-  // calls from one thread: each Run only swaps data pointers (creating
-  // oneDNN memory objects per call cost ~15% of the attention's time).
-  // Same restrictions as RunOn; `scratchpad` is fixed at binding.
+  // The primitive with memory objects created once, for many calls from
+  // one thread: each Run only swaps data pointers (creating oneDNN memory
+  // objects per call cost ~15% of the attention's time). Runs on `stream`
+  // with `scratchpad` (scratchpad_bytes() long, fixed at binding) when the
+  // Desc asked for user_scratchpad; no bias or add.
   class Bound {
    public:
     Bound(const Matmul& matmul, const dnnl::engine& engine, void* scratchpad);
