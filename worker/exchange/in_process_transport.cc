@@ -3,7 +3,6 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
 #include "worker/exchange/wire_codec.h"
 
 namespace gasloc {
@@ -123,10 +122,11 @@ TransferOutcome InProcessTransport::Send(const TransferKey& key,
                                          const ExchangeOptions& options) {
   TransferOutcome outcome;
   outcome.peer_id = send.peer_id;
-  const absl::Time start = absl::Now();
+  const Clock& clock = mailbox_->clock();
+  const absl::Time start = clock.Now();
   auto finish = [&](absl::Status status) {
     outcome.status = std::move(status);
-    outcome.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+    outcome.seconds = absl::ToDoubleSeconds(clock.Now() - start);
     return outcome;
   };
   const uint64_t self = self_id();
@@ -159,10 +159,9 @@ TransferOutcome InProcessTransport::Send(const TransferKey& key,
         absl::StrCat("peer ", send.peer_id, " (", send.address,
                      ") is not on the in-process network")));
   if (delay > absl::ZeroDuration()) {
-    const absl::Time until = std::min(options.deadline, start + delay);
-    absl::SleepFor(until - absl::Now());
+    clock.SleepUntil(std::min(options.deadline, start + delay));
   }
-  if (absl::Now() >= options.deadline)
+  if (clock.Now() >= options.deadline)
     return finish(absl::DeadlineExceededError(absl::StrCat(
         "send of ", DescribeKey(key), " to peer ", send.peer_id,
         ": deadline passed before the first chunk")));
@@ -184,7 +183,7 @@ TransferOutcome InProcessTransport::Send(const TransferKey& key,
           "stream to peer ", send.peer_id, " cut after ", i,
           " chunks (injected fault)")));
     }
-    if (absl::Now() >= options.deadline) {
+    if (clock.Now() >= options.deadline) {
       const absl::Status late = absl::DeadlineExceededError(
           absl::StrCat("sender ", self, " passed the deadline after ", i,
                        " of ", chunks->size(), " chunks"));

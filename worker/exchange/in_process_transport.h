@@ -22,6 +22,10 @@
 //   net.AddFault(InProcessFault::CutAfterChunks(/*from=*/1, /*to=*/2, 3));
 //   a->Exchange(key, sends, receives, options);   // on two threads
 //
+// Time: the network's MailboxOptions::clock is every member's clock (its
+// deadlines, the delays of injected faults, the outcomes' seconds), so a
+// test on a FakeClock reaches a deadline by advancing it, not by sleeping.
+//
 // Thread safety: InProcessNetwork and every transport are thread-safe;
 // Exchange may run concurrently on different transports and keys. A
 // transport must be destroyed before its network.

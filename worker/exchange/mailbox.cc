@@ -5,7 +5,6 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
 
 namespace gasloc {
 
@@ -60,7 +59,7 @@ absl::Status Mailbox::Expect(const TransferKey& key,
       return absl::InvalidArgumentError(absl::StrCat(
           "two receives from peer ", r.peer_id, " for ", DescribeKey(key)));
   }
-  const absl::Time now = absl::Now();
+  const absl::Time now = clock().Now();
   absl::MutexLock lock(&mu_);
   if (shut_down_) return ShuttingDown();
   auto finished = finished_below_.find(key.job_id);
@@ -106,8 +105,8 @@ TransferOutcome Mailbox::Await(const TransferKey& key, uint64_t peer_id) {
     return outcome;
   }
   std::shared_ptr<Transfer> t = it->second;
-  while (t->state == Transfer::State::kOpen && absl::Now() < t->deadline)
-    changed_.WaitWithDeadline(&mu_, t->deadline);
+  while (t->state == Transfer::State::kOpen && clock().Now() < t->deadline)
+    clock().WaitWithDeadline(&changed_, &mu_, t->deadline);
   if (t->state == Transfer::State::kOpen) {
     const uint64_t total = t->expect.range_end - t->expect.range_begin;
     FailLocked(*t, absl::DeadlineExceededError(absl::StrCat(
@@ -170,7 +169,7 @@ void Mailbox::FailLocked(Transfer& transfer, absl::Status status) {
   if (transfer.state != Transfer::State::kOpen) return;
   transfer.state = Transfer::State::kFailed;
   transfer.error = std::move(status);
-  transfer.ended = absl::Now();
+  transfer.ended = clock().Now();
   changed_.SignalAll();
 }
 
@@ -218,7 +217,7 @@ absl::StatusOr<std::shared_ptr<Mailbox::Transfer>> Mailbox::Bind(
   const TransferKey key{h.job_id(), h.round(), h.phase(), h.step()};
   const Key k = MakeKey(key, h.sender_id());
   const absl::Time give_up =
-      std::min(deadline, absl::Now() + options_.early_chunk_wait);
+      std::min(deadline, clock().Now() + options_.early_chunk_wait);
   absl::MutexLock lock(&mu_);
   while (true) {
     if (shut_down_) return ShuttingDown();
@@ -231,10 +230,10 @@ absl::StatusOr<std::shared_ptr<Mailbox::Transfer>> Mailbox::Bind(
       t.bound = true;
       return it->second;
     }
-    const bool final_check = absl::Now() >= give_up;
+    const bool final_check = clock().Now() >= give_up;
     absl::Status why = UnexpectedLocked(h, final_check);
     if (!why.ok()) return why;
-    changed_.WaitWithDeadline(&mu_, give_up);
+    clock().WaitWithDeadline(&changed_, &mu_, give_up);
   }
 }
 
@@ -293,7 +292,7 @@ absl::Status Mailbox::Deliver(Transfer& t, const v1::ExchangeChunk& chunk) {
       return status;
     }
     t.state = Transfer::State::kCommitted;
-    t.ended = absl::Now();
+    t.ended = clock().Now();
   }
   return absl::OkStatus();
 }

@@ -20,6 +20,10 @@
 // or for a different job than the one the sender is expected in, are
 // rejected at once with FAILED_PRECONDITION.
 //
+// Time: every deadline is on MailboxOptions::clock (the worker's one
+// Clock), and every wait for a deadline waits through it, so tests move a
+// FakeClock instead of sleeping.
+//
 // Thread safety: all methods are thread-safe. An InboundStream is used by
 // one thread (the one reading that stream) and must not outlive its
 // Mailbox. Await returns only after any decode into the buffer has
@@ -42,6 +46,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "gasloc/v1/peer.pb.h"
 #include "worker/exchange/peer_transport.h"
 #include "worker/exchange/wire_codec.h"
@@ -57,6 +62,8 @@ struct MailboxOptions {
   // How many ended transfers are remembered so that late chunks for them
   // are refused at once instead of waiting.
   size_t remembered_transfers = 1024;
+  // The clock of every deadline and wait (not owned; outlives the mailbox).
+  const Clock* clock = &RealClock::Get();
 };
 
 class Mailbox {
@@ -66,6 +73,7 @@ class Mailbox {
   Mailbox(const Mailbox&) = delete;
   Mailbox& operator=(const Mailbox&) = delete;
 
+  const Clock& clock() const { return *options_.clock; }
   uint64_t self_id() const {
     const uint64_t assigned = assigned_self_id_.load();
     return assigned != 0 ? assigned : options_.self_id;

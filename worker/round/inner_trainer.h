@@ -7,25 +7,17 @@
 #define GASLOC_WORKER_ROUND_INNER_TRAINER_H_
 
 #include <cstdint>
-#include <map>
 #include <string>
-#include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/arena.h"
+#include "worker/train/checkpoint.h"  // CheckpointExtras (plain data)
 
 namespace gasloc {
 
 struct InnerStepResult {
   float loss = 0;        // training loss of the step, nats per byte
   uint64_t tokens = 0;   // bytes of training input consumed
-};
-
-// Extra state stored in a checkpoint next to the trainer's own (the outer
-// optimizer's buffers and the round number).
-struct OuterCheckpointState {
-  std::map<std::string, std::vector<float>> buffers;
-  std::map<std::string, std::string> values;
 };
 
 class InnerTrainer {
@@ -43,11 +35,13 @@ class InnerTrainer {
   virtual absl::Status ApplyGradients() = 0;
   // Validation bits per byte of params().
   virtual absl::StatusOr<float> EvaluateBpb() = 0;
-  // Checkpoint of the trainer state plus the outer state; Load restores
-  // the trainer and returns the outer state saved with it.
+  // Checkpoint of the trainer state plus the outer state (the outer
+  // optimizer's buffers and the round, as CheckpointExtras: the one struct
+  // for it, written as is); Load restores the trainer and returns the
+  // outer state saved with it.
   virtual absl::Status SaveCheckpoint(const std::string& path,
-                                      const OuterCheckpointState& outer) = 0;
-  virtual absl::StatusOr<OuterCheckpointState> LoadCheckpoint(
+                                      const CheckpointExtras& outer) = 0;
+  virtual absl::StatusOr<CheckpointExtras> LoadCheckpoint(
       const std::string& path) = 0;
 
   // The inner optimizer's state, shared with a worker that joins a running

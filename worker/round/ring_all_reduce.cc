@@ -5,7 +5,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
 #include "worker/exchange/wire_codec.h"
 
 namespace gasloc {
@@ -40,13 +39,13 @@ void RoundToWireEncoding(v1::WireEncoding encoding, std::span<float> values) {
 }
 
 RingAllReduceResult RingAllReduceMean(PeerTransport& transport,
-                                      TransferKey key,
+                                      const Clock& clock, TransferKey key,
                                       const std::vector<RingMember>& ring,
                                       int rank, std::span<float> data,
                                       std::span<float> scratch,
                                       const ExchangeOptions& options) {
   RingAllReduceResult result;
-  const absl::Time start = absl::Now();
+  const absl::Time start = clock.Now();
   const int n = static_cast<int>(ring.size());
   if (n <= 1) {
     result.seconds = 0;
@@ -67,10 +66,10 @@ RingAllReduceResult RingAllReduceMean(PeerTransport& transport,
     OutgoingTransfer send{next.worker_id, next.address, data, send_begin,
                           send_end};
     IncomingTransfer receive{prev.worker_id, scratch, recv_begin, recv_end};
-    const absl::Time step_start = absl::Now();
+    const absl::Time step_start = clock.Now();
     std::vector<TransferOutcome> outcomes =
         transport.Exchange(key, {&send, 1}, {&receive, 1}, options);
-    step_seconds.push_back(absl::ToDoubleSeconds(absl::Now() - step_start));
+    step_seconds.push_back(absl::ToDoubleSeconds(clock.Now() - step_start));
     bool ok = true;
     for (const TransferOutcome& outcome : outcomes) {
       if (outcome.status.ok()) {
@@ -102,7 +101,7 @@ RingAllReduceResult RingAllReduceMean(PeerTransport& transport,
   for (int s = 0; s < n - 1; ++s) {
     if (!run_step(v1::EXCHANGE_PHASE_REDUCE_SCATTER, s, Mod(rank - s, n),
                   Mod(rank - s - 1, n))) {
-      result.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+      result.seconds = absl::ToDoubleSeconds(clock.Now() - start);
       result.wait_seconds = RingWaitSeconds(step_seconds);
       return result;
     }
@@ -119,7 +118,7 @@ RingAllReduceResult RingAllReduceMean(PeerTransport& transport,
                   Mod(rank - s, n)))
       break;
   }
-  result.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  result.seconds = absl::ToDoubleSeconds(clock.Now() - start);
   result.wait_seconds = RingWaitSeconds(step_seconds);
   return result;
 }

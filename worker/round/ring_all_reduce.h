@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/clock.h"
 #include "worker/exchange/peer_transport.h"
 
 namespace gasloc {
@@ -49,9 +50,10 @@ std::pair<uint64_t, uint64_t> RingSegment(uint64_t size, int n, int s);
 // ring of everyone's `data`. `ring` lists every member in ring order and
 // `rank` is this worker's position. `scratch` is a buffer of data.size()
 // floats. `key.phase` and `key.step` are set by the function. On failure
-// `data` holds a partial result and must not be used.
+// `data` holds a partial result and must not be used. `clock` times the
+// steps (the transport's deadlines are on the same clock).
 RingAllReduceResult RingAllReduceMean(PeerTransport& transport,
-                                      TransferKey key,
+                                      const Clock& clock, TransferKey key,
                                       const std::vector<RingMember>& ring,
                                       int rank, std::span<float> data,
                                       std::span<float> scratch,

@@ -43,6 +43,28 @@ std::vector<RingMember> RingOf(const v1::Assignment& assignment,
 
 }  // namespace
 
+RoundDuties RoundDutiesAfter(const v1::JobSpec& spec, uint64_t round) {
+  RoundDuties duties;
+  const uint32_t eval_interval = spec.data().eval_interval_rounds();
+  const uint64_t max_rounds = spec.stop().max_rounds();
+  const bool last_round = max_rounds > 0 && round + 1 >= max_rounds;
+  if (last_round) {
+    duties.evaluate = true;
+    duties.reason = "the job's last round is evaluated";
+  } else if (eval_interval > 0 && (round + 1) % eval_interval == 0) {
+    duties.evaluate = true;
+    duties.reason = absl::StrCat("eval every ", eval_interval, " rounds");
+  }
+  const uint32_t checkpoint_interval = spec.checkpoint().interval_rounds();
+  if (!spec.checkpoint().directory().empty() && checkpoint_interval > 0 &&
+      (round + 1) % checkpoint_interval == 0) {
+    duties.checkpoint = true;
+    absl::StrAppend(&duties.reason, duties.reason.empty() ? "" : "; ",
+                    "checkpoint every ", checkpoint_interval, " rounds");
+  }
+  return duties;
+}
+
 RoundRunner::RoundRunner(RoundRunnerOptions options, InnerTrainer* trainer,
                          PeerTransport* transport, const Clock* clock)
     : options_(std::move(options)),
@@ -180,14 +202,8 @@ absl::StatusOr<v1::ReportRoundRequest> RoundRunner::RunRound(
 
 absl::Status RoundRunner::EvaluateIfDue(const v1::Assignment& assignment,
                                         v1::ReportRoundRequest* report) {
-  // Every eval_interval rounds and always on the job's last round (when
-  // the job stops by round count), so the final bpb is current.
   const uint64_t round = assignment.round();
-  const uint32_t eval_interval = options_.spec.data().eval_interval_rounds();
-  const uint64_t max_rounds = options_.spec.stop().max_rounds();
-  const bool last_round = max_rounds > 0 && round + 1 >= max_rounds;
-  if (!last_round && !(eval_interval > 0 && (round + 1) % eval_interval == 0))
-    return absl::OkStatus();
+  if (!RoundDutiesAfter(options_.spec, round).evaluate) return absl::OkStatus();
   Progress({round, assignment.local_steps(), report->train_loss(), 0, 0,
             v1::WORKER_ACTIVITY_EVALUATING});
   ASSIGN_OR_RETURN(float bpb, trainer_->EvaluateBpb());
@@ -314,7 +330,7 @@ void RoundRunner::AllReduceExchange(const v1::Assignment& assignment,
   TransferKey key{options_.job_id, assignment.round(),
                   v1::EXCHANGE_PHASE_REDUCE_SCATTER, 0};
   RingAllReduceResult result = RingAllReduceMean(
-      *transport_, key, ring, rank, y_.flat(), scratch_.flat(),
+      *transport_, *clock_, key, ring, rank, y_.flat(), scratch_.flat(),
       MakeExchangeOptions());
   RecordRingTraffic(result, report);
   if (!result.status.ok()) {
@@ -364,7 +380,7 @@ absl::Status RoundRunner::DataParallelStep(const v1::Assignment& assignment,
     FloatArena& grads = trainer_->grads();
     y_.CopyFrom(grads);  // keep the local gradient for a fallback
     RingAllReduceResult result = RingAllReduceMean(
-        *transport_, key, ring, rank, grads.flat(), scratch_.flat(),
+        *transport_, *clock_, key, ring, rank, grads.flat(), scratch_.flat(),
         MakeExchangeOptions());
     RecordRingTraffic(result, report);
     if (!result.status.ok()) {
@@ -376,7 +392,7 @@ absl::Status RoundRunner::DataParallelStep(const v1::Assignment& assignment,
 }
 
 absl::Status RoundRunner::SaveCheckpoint(const std::string& path) {
-  OuterCheckpointState outer;
+  CheckpointExtras outer;
   outer.buffers[kPrevIterate].assign(y_prev_.flat().begin(), y_prev_.flat().end());
   outer.buffers[kMomentum].assign(momentum_.flat().begin(), momentum_.flat().end());
   outer.values[kNextRound] = absl::StrCat(next_round_);
@@ -385,7 +401,7 @@ absl::Status RoundRunner::SaveCheckpoint(const std::string& path) {
 }
 
 absl::Status RoundRunner::LoadCheckpoint(const std::string& path) {
-  ASSIGN_OR_RETURN(OuterCheckpointState outer, trainer_->LoadCheckpoint(path));
+  ASSIGN_OR_RETURN(CheckpointExtras outer, trainer_->LoadCheckpoint(path));
   uint64_t job_id = 0, next_round = 0;
   if (!absl::SimpleAtoi(outer.values[kJobId], &job_id) ||
       !absl::SimpleAtoi(outer.values[kNextRound], &next_round))

@@ -10,6 +10,13 @@
 // non-finite is an error and the live parameters are restored to the
 // round's start, never published.
 //
+// Decisions made here and nowhere else: whether a round is evaluated and
+// whether it is followed by a checkpoint (RoundDutiesAfter).
+//
+// Time: every duration and exchange deadline is read from the injected
+// Clock; the transport's mailbox must run on the same clock (a test moves
+// one FakeClock to reach a deadline).
+//
 // Thread safety: one thread calls RunRound; `cancel` (Cancelled()) may be
 // set from any thread to abandon the round between inner steps.
 #ifndef GASLOC_WORKER_ROUND_ROUND_RUNNER_H_
@@ -49,6 +56,20 @@ struct RoundProgress {
   uint64_t step_tokens = 0;
   double round_mean_loss = 0;
 };
+
+// What a finished round of a job is due for, and why.
+struct RoundDuties {
+  bool evaluate = false;    // measure the validation bpb
+  bool checkpoint = false;  // write the worker's checkpoint after it
+  std::string reason;       // e.g. "eval every 5 rounds; checkpoint every 10"
+};
+
+// The one decision of when to evaluate and when to checkpoint: evaluate
+// every data.eval_interval_rounds rounds and always on the job's last
+// round (when it stops by round count), so the final bpb is current;
+// checkpoint every checkpoint.interval_rounds rounds when the job names a
+// checkpoint directory. `spec` has its defaults applied.
+RoundDuties RoundDutiesAfter(const v1::JobSpec& spec, uint64_t round);
 
 struct RoundRunnerOptions {
   uint64_t worker_id = 0;

@@ -48,20 +48,13 @@ absl::StatusOr<float> TrainerAdapter::EvaluateBpb() {
 }
 
 absl::Status TrainerAdapter::SaveCheckpoint(const std::string& path,
-                                            const OuterCheckpointState& outer) {
-  CheckpointExtras extras;
-  extras.buffers = outer.buffers;
-  extras.values = outer.values;
-  return trainer_->SaveCheckpoint(path, extras);
+                                            const CheckpointExtras& outer) {
+  return trainer_->SaveCheckpoint(path, outer);
 }
 
-absl::StatusOr<OuterCheckpointState> TrainerAdapter::LoadCheckpoint(
+absl::StatusOr<CheckpointExtras> TrainerAdapter::LoadCheckpoint(
     const std::string& path) {
-  ASSIGN_OR_RETURN(CheckpointExtras extras, trainer_->LoadCheckpoint(path));
-  OuterCheckpointState outer;
-  outer.buffers = std::move(extras.buffers);
-  outer.values = std::move(extras.values);
-  return outer;
+  return trainer_->LoadCheckpoint(path);
 }
 
 }  // namespace gasloc

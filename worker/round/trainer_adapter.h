@@ -32,8 +32,8 @@ class TrainerAdapter final : public InnerTrainer {
   absl::Status ApplyGradients() override;
   absl::StatusOr<float> EvaluateBpb() override;
   absl::Status SaveCheckpoint(const std::string& path,
-                              const OuterCheckpointState& outer) override;
-  absl::StatusOr<OuterCheckpointState> LoadCheckpoint(
+                              const CheckpointExtras& outer) override;
+  absl::StatusOr<CheckpointExtras> LoadCheckpoint(
       const std::string& path) override;
 
   FloatArena* optimizer_m() override { return &trainer_->optimizer().m(); }

@@ -1,13 +1,15 @@
 // The in-process transport: a gossip pair in both directions at once, a
 // ring-style segment exchange, bf16, and every injected fault ending in the
-// documented status within the deadline.
+// documented status within the deadline. Time is a FakeClock: a deadline
+// or an injected delay passes when the test moves it (or, with
+// auto-advance, the clock jumps to the one wait left), never by sleeping.
 #include "worker/exchange/in_process_transport.h"
 
 #include <cmath>
 #include <thread>
 #include <vector>
 
-#include "absl/time/clock.h"
+#include "common/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/exchange/wire_codec.h"
@@ -26,9 +28,10 @@ std::vector<float> Model(uint64_t worker) {
   return v;
 }
 
-MailboxOptions ShortWait() {
+MailboxOptions ShortWait(const Clock* clock) {
   MailboxOptions options;
   options.early_chunk_wait = absl::Seconds(5);
+  options.clock = clock;
   return options;
 }
 
@@ -39,7 +42,7 @@ struct PairResult {
 class InProcessTest : public ::testing::Test {
  protected:
   InProcessTest()
-      : net_(ShortWait()),
+      : net_(ShortWait(&clock_)),
         a_(net_.Join(1)),
         b_(net_.Join(2)),
         model_a_(Model(1)),
@@ -52,7 +55,7 @@ class InProcessTest : public ::testing::Test {
                   v1::WireEncoding encoding = v1::WIRE_ENCODING_FP32) {
     options_.encoding = encoding;
     options_.chunk_bytes = 4096;
-    options_.deadline = absl::Now() + timeout;
+    options_.deadline = clock_.Now() + timeout;
     PairResult r;
     std::thread other([&] {
       OutgoingTransfer send{1, InProcessNetwork::Address(1), model_b_, 0,
@@ -68,8 +71,28 @@ class InProcessTest : public ::testing::Test {
     return r;
   }
 
+  // Worker 2 streams its model to worker 1 (one direction only), worker 1
+  // on `receiver`'s thread; returns (2's send, 1's receive).
+  std::pair<TransferOutcome, TransferOutcome> OneWay(absl::Duration timeout,
+                                                     std::thread* receiver) {
+    options_.chunk_bytes = 4096;
+    options_.deadline = clock_.Now() + timeout;
+    std::vector<TransferOutcome> received;
+    *receiver = std::thread([&] {
+      IncomingTransfer recv{2, scratch_a_, 0, kArena};
+      received = a_->Exchange(key_, {}, {&recv, 1}, options_);
+    });
+    OutgoingTransfer send{1, InProcessNetwork::Address(1), model_b_, 0,
+                          kArena};
+    std::vector<TransferOutcome> sent =
+        b_->Exchange(key_, {&send, 1}, {}, options_);
+    receiver->join();
+    return {sent.at(0), received.at(0)};
+  }
+
   TransferKey key_{9, 1, v1::EXCHANGE_PHASE_GOSSIP, 0};
   ExchangeOptions options_;
+  FakeClock clock_;
   InProcessNetwork net_;
   std::unique_ptr<InProcessTransport> a_, b_;
   std::vector<float> model_a_, model_b_, scratch_a_, scratch_b_;
@@ -107,7 +130,7 @@ TEST_F(InProcessTest, RingSegmentsMoveOnlyTheirRange) {
   // Reduce-scatter style: 1 sends segment [0, 2000) to 2 while 2 sends
   // segment [2000, 5000) to 1.
   key_ = {9, 1, v1::EXCHANGE_PHASE_REDUCE_SCATTER, 3};
-  options_.deadline = absl::Now() + absl::Seconds(10);
+  options_.deadline = clock_.Now() + absl::Seconds(10);
   std::vector<TransferOutcome> rb;
   std::thread other([&] {
     OutgoingTransfer send{1, "", model_b_, 2000, 5000};
@@ -128,14 +151,15 @@ TEST_F(InProcessTest, RingSegmentsMoveOnlyTheirRange) {
 
 TEST_F(InProcessTest, DroppedPeerTimesOutItsPartnerWithoutHanging) {
   net_.AddFault(InProcessFault::DropPeer(2));
-  const absl::Time start = absl::Now();
+  // Nothing moves, so the receives' waits are the only ones: each ends
+  // exactly at the deadline.
+  clock_.SetAutoAdvance(true);
+  const absl::Time start = clock_.Now();
   PairResult r = Swap(absl::Milliseconds(300));
-  const absl::Duration took = absl::Now() - start;
   EXPECT_EQ(r.a[0].status.code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(r.a[1].status.code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_EQ(r.b[0].status.code(), absl::StatusCode::kUnavailable);
-  EXPECT_GE(took, absl::Milliseconds(300));
-  EXPECT_LT(took, absl::Milliseconds(1300));
+  EXPECT_EQ(clock_.Now() - start, absl::Milliseconds(300));
   EXPECT_EQ(scratch_b_, std::vector<float>(kArena, 0.0f));
 }
 
@@ -173,21 +197,34 @@ TEST_F(InProcessTest, FaultLimitedToOneRoundLeavesTheNextRoundAlone) {
 
 TEST_F(InProcessTest, DelayWithinTheDeadlineStillSucceeds) {
   net_.AddFault(InProcessFault::Delay(2, 0, absl::Milliseconds(100)));
-  const absl::Time start = absl::Now();
-  PairResult r = Swap();
-  EXPECT_GE(absl::Now() - start, absl::Milliseconds(100));
-  for (const auto& o : r.a) EXPECT_TRUE(o.status.ok()) << o.status;
+  const absl::Time start = clock_.Now();
+  std::thread receiver;
+  std::pair<TransferOutcome, TransferOutcome> r;
+  std::thread sender([&] { r = OneWay(absl::Seconds(10), &receiver); });
+  // Worker 2 sleeps out its delay and worker 1 waits for it: nothing is
+  // sent until the delay has passed.
+  clock_.AwaitWaiters(2);
+  EXPECT_EQ(scratch_a_, std::vector<float>(kArena, 0.0f));
+  clock_.Advance(absl::Milliseconds(100));
+  sender.join();
+  EXPECT_TRUE(r.first.status.ok()) << r.first.status;
+  EXPECT_TRUE(r.second.status.ok()) << r.second.status;
+  EXPECT_DOUBLE_EQ(r.first.seconds, 0.1);
+  EXPECT_EQ(clock_.Now() - start, absl::Milliseconds(100));
   EXPECT_EQ(scratch_a_, model_b_);
 }
 
 TEST_F(InProcessTest, SilentPeerMeansDeadlineExceededOnBothSides) {
   net_.AddFault(InProcessFault::Silent(2, 0));
-  const absl::Time start = absl::Now();
-  PairResult r = Swap(absl::Milliseconds(300));
-  EXPECT_LT(absl::Now() - start, absl::Milliseconds(1300));
-  EXPECT_EQ(r.a[1].status.code(), absl::StatusCode::kDeadlineExceeded);
-  EXPECT_EQ(r.b[0].status.code(), absl::StatusCode::kDeadlineExceeded);
-  EXPECT_TRUE(r.a[0].status.ok());
+  // The hung sender and its receiver both wait for the deadline (the only
+  // waits), so the clock jumps there.
+  clock_.SetAutoAdvance(true);
+  const absl::Time start = clock_.Now();
+  std::thread receiver;
+  auto [sent, received] = OneWay(absl::Milliseconds(300), &receiver);
+  EXPECT_EQ(clock_.Now() - start, absl::Milliseconds(300));
+  EXPECT_EQ(received.status.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(sent.status.code(), absl::StatusCode::kDeadlineExceeded);
 }
 
 TEST_F(InProcessTest, PeerPastTheRoundIsGivenUpAtOnceNotAtTheDeadline) {
@@ -196,12 +233,13 @@ TEST_F(InProcessTest, PeerPastTheRoundIsGivenUpAtOnceNotAtTheDeadline) {
   // wait its whole deadline for data that cannot come.
   b_->mailbox().FinishRound(key_.job_id, key_.round);
   options_.chunk_bytes = 4096;
-  options_.deadline = absl::Now() + absl::Seconds(5);
+  options_.deadline = clock_.Now() + absl::Seconds(5);
   OutgoingTransfer send{2, InProcessNetwork::Address(2), model_a_, 0, kArena};
   IncomingTransfer recv{2, scratch_a_, 0, kArena};
-  const absl::Time start = absl::Now();
+  const absl::Time start = clock_.Now();
+  // The clock does not move: only the refusal can end the wait.
   auto out = a_->Exchange(key_, {&send, 1}, {&recv, 1}, options_);
-  EXPECT_LT(absl::Now() - start, absl::Seconds(1));
+  EXPECT_EQ(clock_.Now(), start);
   ASSERT_EQ(out.size(), 2u);
   EXPECT_EQ(out[0].status.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(out[1].status.code(), absl::StatusCode::kFailedPrecondition);
@@ -210,7 +248,7 @@ TEST_F(InProcessTest, PeerPastTheRoundIsGivenUpAtOnceNotAtTheDeadline) {
 }
 
 TEST_F(InProcessTest, UnknownPeerIsUnavailable) {
-  options_.deadline = absl::Now() + absl::Seconds(1);
+  options_.deadline = clock_.Now() + absl::Seconds(1);
   OutgoingTransfer send{42, "inproc:42", model_a_, 0, kArena};
   auto out = a_->Exchange(key_, {&send, 1}, {}, options_);
   ASSERT_EQ(out.size(), 1u);

@@ -1,12 +1,14 @@
 // The receive mailbox: commit rule, ordering, duplicate and gap rejection,
 // early chunks, finished rounds, deadlines, and that nothing outside the
-// transfer's range (or after a failure is reported) is written.
+// transfer's range (or after a failure is reported) is written. Time is a
+// FakeClock: a test reaches a deadline by moving it (or, with auto-advance,
+// sees exactly how long the mailbox would have waited), never by sleeping.
 #include "worker/exchange/mailbox.h"
 
 #include <thread>
 #include <vector>
 
-#include "absl/time/clock.h"
+#include "common/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/exchange/wire_codec.h"
@@ -20,17 +22,18 @@ constexpr uint64_t kSelf = 3;
 constexpr uint64_t kPeer = 7;
 constexpr size_t kArena = 1000;
 
-MailboxOptions Options() {
+MailboxOptions Options(const Clock* clock) {
   MailboxOptions options;
   options.self_id = kSelf;
   options.early_chunk_wait = absl::Seconds(2);
+  options.clock = clock;
   return options;
 }
 
 class MailboxTest : public ::testing::Test {
  protected:
   MailboxTest()
-      : mailbox_(Options()),
+      : mailbox_(Options(&clock_)),
         source_(kArena),
         buffer_(kArena, -1.0f) {
     for (size_t i = 0; i < kArena; ++i) source_[i] = 0.5f * i;
@@ -39,7 +42,7 @@ class MailboxTest : public ::testing::Test {
   absl::Status Register(absl::Duration timeout = absl::Seconds(10),
                         uint64_t begin = 100, uint64_t end = 900) {
     IncomingTransfer in{kPeer, buffer_, begin, end};
-    return mailbox_.Expect(key_, {&in, 1}, absl::Now() + timeout);
+    return mailbox_.Expect(key_, {&in, 1}, clock_.Now() + timeout);
   }
   // The chunks a correct sender would send for [begin, end).
   std::vector<v1::ExchangeChunk> Chunks(uint64_t begin = 100,
@@ -56,13 +59,14 @@ class MailboxTest : public ::testing::Test {
                       .ok());
     return chunks;
   }
-  absl::Time Soon() { return absl::Now() + absl::Seconds(10); }
+  absl::Time Soon() { return clock_.Now() + absl::Seconds(10); }
   void ExpectOutsideRangeUntouched() {
     for (size_t i = 0; i < 100; ++i) ASSERT_EQ(buffer_[i], -1.0f) << i;
     for (size_t i = 900; i < kArena; ++i) ASSERT_EQ(buffer_[i], -1.0f) << i;
   }
 
   TransferKey key_{4, 12, v1::EXCHANGE_PHASE_GOSSIP, 0};
+  FakeClock clock_;
   Mailbox mailbox_;
   std::vector<float> source_;
   std::vector<float> buffer_;
@@ -164,35 +168,39 @@ TEST_F(MailboxTest, BadChunkFailsTheTransferForGood) {
 
 TEST_F(MailboxTest, EarlyChunkWaitsForTheRegistration) {
   auto chunks = Chunks();
-  std::thread receiver([&] {
-    absl::SleepFor(absl::Milliseconds(50));
-    ASSERT_TRUE(Register().ok());
-  });
   auto stream = mailbox_.OpenStream();
-  for (const auto& c : chunks) ASSERT_TRUE(stream->Accept(c, Soon()).ok());
-  receiver.join();
+  const absl::Time start = clock_.Now();
+  absl::Status first = absl::UnknownError("not accepted");
+  std::thread sender([&] { first = stream->Accept(chunks[0], Soon()); });
+  clock_.AwaitWaiters(1);  // the first chunk waits for its registration
+  EXPECT_TRUE(Register().ok());
+  sender.join();
+  ASSERT_TRUE(first.ok()) << first;
+  for (size_t i = 1; i < chunks.size(); ++i)
+    ASSERT_TRUE(stream->Accept(chunks[i], Soon()).ok());
   EXPECT_TRUE(mailbox_.Await(key_, kPeer).status.ok());
+  EXPECT_EQ(clock_.Now(), start);  // the registration, not time, ended it
 }
 
 TEST_F(MailboxTest, ChunkNobodyRegistersIsRejectedAfterTheBoundedWait) {
   auto chunks = Chunks();
   auto stream = mailbox_.OpenStream();
-  const absl::Time start = absl::Now();
+  clock_.SetAutoAdvance(true);
+  const absl::Time start = clock_.Now();
   absl::Status s = stream->Accept(chunks[0], Soon());
-  const absl::Duration waited = absl::Now() - start;
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(s.message(), HasSubstr("expects no transfer"));
-  EXPECT_GE(waited, absl::Milliseconds(1990));
-  EXPECT_LT(waited, absl::Seconds(5));
+  EXPECT_EQ(clock_.Now() - start, absl::Seconds(2));  // early_chunk_wait
 }
 
 TEST_F(MailboxTest, EarlyWaitNeverOutlastsTheStreamDeadline) {
   auto chunks = Chunks();
   auto stream = mailbox_.OpenStream();
-  const absl::Time start = absl::Now();
-  EXPECT_FALSE(
-      stream->Accept(chunks[0], start + absl::Milliseconds(50)).ok());
-  EXPECT_LT(absl::Now() - start, absl::Seconds(1));
+  clock_.SetAutoAdvance(true);
+  const absl::Time start = clock_.Now();
+  EXPECT_EQ(stream->Accept(chunks[0], start + absl::Milliseconds(50)).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(clock_.Now() - start, absl::Milliseconds(50));  // not 2 s
 }
 
 TEST_F(MailboxTest, FinishedRoundAndUnnamedSenderAreRejectedAtOnce) {
@@ -201,7 +209,8 @@ TEST_F(MailboxTest, FinishedRoundAndUnnamedSenderAreRejectedAtOnce) {
   auto old_round = Chunks();
   key_.round = 12;
   auto stranger = Chunks(100, 900, /*sender=*/8);
-  const absl::Time start = absl::Now();
+  clock_.SetAutoAdvance(true);  // a wait would show as time passing
+  const absl::Time start = clock_.Now();
   absl::Status s = mailbox_.OpenStream()->Accept(old_round[0], Soon());
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(s.message(), HasSubstr("already finished"));
@@ -209,7 +218,7 @@ TEST_F(MailboxTest, FinishedRoundAndUnnamedSenderAreRejectedAtOnce) {
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(s.message(),
               HasSubstr("sender 8 is not a peer of worker 3 in round 12"));
-  EXPECT_LT(absl::Now() - start, absl::Seconds(1));  // not the 2 s wait
+  EXPECT_EQ(clock_.Now(), start);  // at once, not after the 2 s wait
   // The registered transfer is unharmed.
   auto stream = mailbox_.OpenStream();
   for (const auto& c : Chunks()) ASSERT_TRUE(stream->Accept(c, Soon()).ok());
@@ -226,11 +235,12 @@ TEST_F(MailboxTest, WrongJobFromAnExpectedSenderIsRejectedAtOnce) {
   key_.job_id = 5;
   auto other_job = Chunks();
   key_.job_id = 4;
-  const absl::Time start = absl::Now();
+  clock_.SetAutoAdvance(true);  // a wait would show as time passing
+  const absl::Time start = clock_.Now();
   absl::Status s = mailbox_.OpenStream()->Accept(other_job[0], Soon());
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(s.message(), HasSubstr("expects job 4"));
-  EXPECT_LT(absl::Now() - start, absl::Seconds(1));
+  EXPECT_EQ(clock_.Now(), start);
 }
 
 TEST_F(MailboxTest, DeadlinePassesMidTransfer) {
@@ -238,11 +248,12 @@ TEST_F(MailboxTest, DeadlinePassesMidTransfer) {
   auto chunks = Chunks();
   auto stream = mailbox_.OpenStream();
   ASSERT_TRUE(stream->Accept(chunks[0], Soon()).ok());
-  const absl::Time start = absl::Now();
+  clock_.SetAutoAdvance(true);
+  const absl::Time start = clock_.Now();
   TransferOutcome out = mailbox_.Await(key_, kPeer);
   EXPECT_EQ(out.status.code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_THAT(out.status.message(), HasSubstr("256 of 800"));
-  EXPECT_LT(absl::Now() - start, absl::Seconds(1));
+  EXPECT_EQ(clock_.Now() - start, absl::Milliseconds(100));  // the deadline
   // The late rest is refused and writes nothing.
   std::vector<float> before = buffer_;
   absl::Status late = stream->Accept(chunks[1], Soon());
@@ -276,18 +287,16 @@ TEST_F(MailboxTest, ShutdownFailsOpenTransfersAndWakesWaitingChunks) {
   auto stray = Chunks(100, 900, /*sender=*/8);
   key_.job_id = 4;
   absl::Status waited;
-  absl::Duration stray_took;
+  const absl::Time start = clock_.Now();
   std::thread early([&] {
-    const absl::Time start = absl::Now();
     auto other = mailbox_.OpenStream();
     waited = other->Accept(stray[0], Soon());
-    stray_took = absl::Now() - start;
   });
-  absl::SleepFor(absl::Milliseconds(50));
+  clock_.AwaitWaiters(1);  // the stray chunk waits for a registration
   mailbox_.Shutdown();
   early.join();
   EXPECT_EQ(waited.code(), absl::StatusCode::kUnavailable);
-  EXPECT_LT(stray_took, absl::Seconds(1));  // not the 2 s wait
+  EXPECT_EQ(clock_.Now(), start);  // Shutdown ended the wait, not time
   EXPECT_EQ(stream->Accept(chunks[1], Soon()).code(),
             absl::StatusCode::kUnavailable);
   TransferOutcome out = mailbox_.Await(key_, kPeer);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/clock.h"
 #include "worker/round/inner_trainer.h"
 
 namespace gasloc::testing {
@@ -44,6 +45,7 @@ class FakeTrainer : public InnerTrainer {
   }
 
   absl::StatusOr<InnerStepResult> ComputeGradients() override {
+    if (clock_ != nullptr) clock_->Advance(step_time_);
     if (poison_next_step_) {
       params_.data()[0] = std::nanf("");
       poison_next_step_ = false;
@@ -75,11 +77,11 @@ class FakeTrainer : public InnerTrainer {
 
   // "Checkpoints" live in memory, keyed by path.
   absl::Status SaveCheckpoint(const std::string& path,
-                              const OuterCheckpointState& outer) override {
+                              const CheckpointExtras& outer) override {
     saved_[path] = {std::vector<float>(params_.flat().begin(), params_.flat().end()), outer};
     return absl::OkStatus();
   }
-  absl::StatusOr<OuterCheckpointState> LoadCheckpoint(
+  absl::StatusOr<CheckpointExtras> LoadCheckpoint(
       const std::string& path) override {
     auto it = saved_.find(path);
     if (it == saved_.end()) return absl::NotFoundError(path);
@@ -88,14 +90,21 @@ class FakeTrainer : public InnerTrainer {
   }
 
   void PoisonNextStep() { poison_next_step_ = true; }
+  // Every step takes `step_time` on `clock` (a step of known length).
+  void TakeTimeOn(FakeClock* clock, absl::Duration step_time) {
+    clock_ = clock;
+    step_time_ = step_time;
+  }
   int steps() const { return steps_; }
 
  private:
   FloatArena params_, grads_, target_;
   float step_;
   bool poison_next_step_ = false;
+  FakeClock* clock_ = nullptr;
+  absl::Duration step_time_;
   int steps_ = 0;
-  std::map<std::string, std::pair<std::vector<float>, OuterCheckpointState>> saved_;
+  std::map<std::string, std::pair<std::vector<float>, CheckpointExtras>> saved_;
 };
 
 }  // namespace gasloc::testing

@@ -5,7 +5,8 @@
 #include <thread>
 #include <vector>
 
-#include "absl/time/clock.h"
+#include "common/clock.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/exchange/in_process_transport.h"
 
@@ -36,29 +37,34 @@ TEST(RingSegment, CoversTheBufferWithoutOverlap) {
 }
 
 // A worker that reaches the all-reduce 400 ms before its partner counts
-// that time as waiting for peers; the late one waits (almost) nothing.
+// that time as waiting for peers; the late one waits nothing. The 400 ms
+// pass on a fake clock while the early worker waits.
 TEST(RingAllReduce, EarlyWorkerCountsItsWaitForThePeer) {
   const size_t size = 4096;
-  InProcessNetwork network;
+  FakeClock clock;
+  InProcessNetwork network(MailboxOptions{.clock = &clock});
   auto t1 = network.Join(1);
   auto t2 = network.Join(2);
   std::vector<float> d1(size, 1.0f), d2(size, 3.0f), s1(size), s2(size);
   ExchangeOptions options;
   options.chunk_bytes = 4096;
-  options.deadline = absl::Now() + absl::Seconds(20);
+  options.deadline = clock.Now() + absl::Seconds(20);
   RingAllReduceResult early, late;
   std::thread first([&] {
-    early = RingAllReduceMean(*t1, TransferKey{7, 3}, Ring(2), 0, d1, s1, options);
+    early = RingAllReduceMean(*t1, clock, TransferKey{7, 3}, Ring(2), 0, d1,
+                              s1, options);
   });
-  absl::SleepFor(absl::Milliseconds(400));
-  late = RingAllReduceMean(*t2, TransferKey{7, 3}, Ring(2), 1, d2, s2, options);
+  clock.AwaitWaiters(1);  // worker 1 waits in its first step
+  clock.Advance(absl::Milliseconds(400));
+  late = RingAllReduceMean(*t2, clock, TransferKey{7, 3}, Ring(2), 1, d2, s2,
+                           options);
   first.join();
   ASSERT_TRUE(early.status.ok()) << early.status;
   ASSERT_TRUE(late.status.ok()) << late.status;
   EXPECT_EQ(d1[0], 2.0f);
-  EXPECT_GT(early.wait_seconds, 0.3);
-  EXPECT_LE(early.wait_seconds, early.seconds);
-  EXPECT_LT(late.wait_seconds, 0.2);
+  EXPECT_DOUBLE_EQ(early.wait_seconds, 0.4);
+  EXPECT_DOUBLE_EQ(early.seconds, 0.4);
+  EXPECT_EQ(late.wait_seconds, 0.0);
 }
 
 class RingAllReduceTest
@@ -89,8 +95,9 @@ TEST_P(RingAllReduceTest, EveryoneGetsTheSameMean) {
   options.deadline = absl::Now() + absl::Seconds(20);
   for (int i = 0; i < n; ++i) {
     threads.emplace_back([&, i] {
-      results[i] = RingAllReduceMean(*transports[i], TransferKey{7, 3}, Ring(n),
-                                     i, data[i], scratch[i], options);
+      results[i] = RingAllReduceMean(*transports[i], RealClock::Get(),
+                                     TransferKey{7, 3}, Ring(n), i, data[i],
+                                     scratch[i], options);
     });
   }
   for (auto& t : threads) t.join();
@@ -114,31 +121,37 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Values(v1::WIRE_ENCODING_FP32,
                                          v1::WIRE_ENCODING_BF16)));
 
-TEST(RingAllReduce, DeadPeerFailsWithinTheDeadlineAndIsNamed) {
+// Worker 3 is gone: worker 2's send to it fails at once, worker 1's
+// receive from it at the deadline (moved there on a fake clock). Both name
+// the dead peer.
+TEST(RingAllReduce, DeadPeerFailsAtTheDeadlineAndIsNamed) {
   const int n = 3;
   const size_t size = 300;
-  InProcessNetwork network;
+  FakeClock clock;
+  InProcessNetwork network(MailboxOptions{.clock = &clock});
   std::vector<std::unique_ptr<InProcessTransport>> transports;
   for (int i = 0; i < n; ++i) transports.push_back(network.Join(i + 1));
   network.AddFault(InProcessFault::DropPeer(3));
   std::vector<std::vector<float>> data(n, std::vector<float>(size, 1.0f));
   std::vector<std::vector<float>> scratch(n, std::vector<float>(size));
   ExchangeOptions options;
-  options.deadline = absl::Now() + absl::Milliseconds(500);
-  const absl::Time start = absl::Now();
+  options.deadline = clock.Now() + absl::Milliseconds(500);
   std::vector<RingAllReduceResult> results(2);
   std::vector<std::thread> threads;
   for (int i = 0; i < 2; ++i)
     threads.emplace_back([&, i] {
-      results[i] = RingAllReduceMean(*transports[i], TransferKey{1, 1}, Ring(n),
-                                     i, data[i], scratch[i], options);
+      results[i] = RingAllReduceMean(*transports[i], clock, TransferKey{1, 1},
+                                     Ring(n), i, data[i], scratch[i], options);
     });
-  for (auto& t : threads) t.join();
-  EXPECT_LT(absl::Now() - start, absl::Seconds(1)) << "deadline not respected";
-  for (int i = 0; i < 2; ++i) {
-    EXPECT_FALSE(results[i].status.ok());
-    EXPECT_FALSE(results[i].failed_peers.empty());
-  }
+  threads[1].join();  // worker 2: its send to worker 3 failed at once
+  EXPECT_EQ(results[1].status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(results[1].failed_peers, ::testing::Contains(3u));
+  clock.AwaitWaiters(1);  // worker 1 still waits for worker 3
+  clock.Advance(absl::Milliseconds(500));
+  threads[0].join();
+  EXPECT_EQ(results[0].status.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(results[0].failed_peers, ::testing::ElementsAre(3u));
+  EXPECT_DOUBLE_EQ(results[0].seconds, 0.5);
 }
 
 }  // namespace
