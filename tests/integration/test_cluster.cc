@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
+#include "tests/support/test_corpus.h"
 #include "worker/model/model.h"
 #include "worker/train/checkpoint.h"
 
@@ -19,7 +20,7 @@ namespace gasloc::testing {
 namespace fs = std::filesystem;
 
 std::string Corpus() {
-  return absl::StrCat(GASLOC_SOURCE_DIR, "/../shared/data/tinyshakespeare.txt");
+  return kTinyShakespeare;
 }
 
 std::string ReadFile(const std::string& path) {

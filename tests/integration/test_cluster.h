@@ -18,7 +18,7 @@
 
 namespace gasloc::testing {
 
-// The tiny corpus tests train on (../shared/data beside the checkout).
+// The tiny corpus tests train on (tests/data/, shipped in the repository).
 std::string Corpus();
 std::string ReadFile(const std::string& path);
 

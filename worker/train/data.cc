@@ -31,8 +31,25 @@ struct Mapping {
   size_t bytes = 0;
 };
 
+// What a non-regular, non-directory path is, for the error message.
+const char* KindOfSpecialFile(mode_t mode) {
+  if (S_ISFIFO(mode)) return "a named pipe";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+absl::Status NotRegularError(const std::string& path, mode_t mode) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      "corpus path \"", path, "\" is ", KindOfSpecialFile(mode),
+      ", not a regular file or a directory of regular files"));
+}
+
 absl::StatusOr<Mapping> MapFile(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a named pipe swapped in after the caller's stat must not
+  // block the open (the fstat below then refuses it).
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return ErrnoError("cannot open corpus file", path);
   Mapping mapping;
   struct stat st;
@@ -40,6 +57,10 @@ absl::StatusOr<Mapping> MapFile(const std::string& path) {
     absl::Status s = ErrnoError("cannot stat corpus file", path);
     ::close(fd);
     return s;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return NotRegularError(path, st.st_mode);
   }
   mapping.bytes = static_cast<size_t>(st.st_size);
   if (mapping.bytes > 0) {
@@ -52,6 +73,29 @@ absl::StatusOr<Mapping> MapFile(const std::string& path) {
   }
   ::close(fd);
   return mapping;
+}
+
+// The regular files of a corpus directory (symbolic links followed, not
+// recursive), sorted by name; an error names the directory.
+absl::StatusOr<std::vector<std::string>> ListCorpusFiles(
+    const std::string& dir) {
+  std::error_code ec;
+  std::vector<std::string> files;
+  std::filesystem::directory_iterator it(dir, ec);
+  for (; !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+    std::error_code kind_ec;
+    if (it->is_regular_file(kind_ec)) files.push_back(it->path().string());
+  }
+  if (ec) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot list corpus directory \"", dir, "\": ", ec.message()));
+  }
+  if (files.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "corpus directory \"", dir, "\" holds no regular files"));
+  }
+  std::sort(files.begin(), files.end());
+  return files;
 }
 
 }  // namespace
@@ -70,25 +114,22 @@ absl::StatusOr<std::unique_ptr<Corpus>> Corpus::Open(
         "corpus train_fraction must be in (0, 1), got ",
         options.train_fraction));
   }
+  if (options.path.empty()) {
+    return absl::InvalidArgumentError("corpus path is empty");
+  }
   std::unique_ptr<Corpus> corpus(new Corpus());
   corpus->path_ = options.path;
-  std::error_code ec;
-  const auto status = std::filesystem::status(options.path, ec);
-  if (options.path.empty() || !std::filesystem::exists(status)) {
-    return absl::NotFoundError(
-        absl::StrCat("corpus path \"", options.path, "\" does not exist"));
+  struct stat st;
+  if (::stat(options.path.c_str(), &st) != 0) {
+    if (errno == ENOENT || errno == ENOTDIR) {
+      return absl::NotFoundError(
+          absl::StrCat("corpus path \"", options.path, "\" does not exist"));
+    }
+    return ErrnoError("cannot stat corpus path", options.path);
   }
-  if (std::filesystem::is_directory(status)) {
-    std::vector<std::string> files;
-    for (const auto& entry :
-         std::filesystem::directory_iterator(options.path, ec)) {
-      if (entry.is_regular_file()) files.push_back(entry.path().string());
-    }
-    if (ec) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "cannot list corpus directory ", options.path, ": ", ec.message()));
-    }
-    std::sort(files.begin(), files.end());
+  if (S_ISDIR(st.st_mode)) {
+    ASSIGN_OR_RETURN(std::vector<std::string> files,
+                     ListCorpusFiles(options.path));
     for (const std::string& file : files) {
       ASSIGN_OR_RETURN(Mapping mapping, MapFile(file));
       if (mapping.data == nullptr) continue;
@@ -98,12 +139,14 @@ absl::StatusOr<std::unique_ptr<Corpus>> Corpus::Open(
     }
     corpus->data_ = corpus->owned_.data();
     corpus->size_ = corpus->owned_.size();
-  } else {
+  } else if (S_ISREG(st.st_mode)) {
     ASSIGN_OR_RETURN(Mapping mapping, MapFile(options.path));
     corpus->mapping_ = mapping.data;
     corpus->mapping_bytes_ = mapping.bytes;
     corpus->data_ = static_cast<const uint8_t*>(mapping.data);
     corpus->size_ = mapping.bytes;
+  } else {
+    return NotRegularError(options.path, st.st_mode);
   }
   if (corpus->size_ == 0) {
     return absl::InvalidArgumentError(

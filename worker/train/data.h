@@ -46,9 +46,12 @@ struct CorpusOptions {
 
 class Corpus {
  public:
-  // NOT_FOUND for a missing path; INVALID_ARGUMENT for an empty corpus, a
-  // bad fraction or a part shorter than min_part_bytes (the message names
-  // the path and the sizes).
+  // NOT_FOUND for a missing path; INVALID_ARGUMENT for an empty path, an
+  // empty corpus, a path that is neither a regular file nor a directory (a
+  // named pipe, a device, a socket: refused before any read, never a
+  // hang), a directory with no regular file, an unreadable file, a bad
+  // fraction or a part shorter than min_part_bytes. Every message names the
+  // path (and the sizes where they matter).
   static absl::StatusOr<std::unique_ptr<Corpus>> Open(
       const CorpusOptions& options);
   ~Corpus();

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/support/test_corpus.h"
 #include "worker/train/trainer.h"
 
 namespace gasloc {
@@ -54,7 +55,7 @@ v1::JobSpec AcceptanceSpec() {
   spec.mutable_training()->set_seed(1234);
   spec.mutable_training()->mutable_adamw()->set_warmup_steps(kConfig.warmup);
   spec.mutable_training()->mutable_adamw()->set_decay_steps(kConfig.steps);
-  spec.mutable_data()->set_corpus_path(GASLOC_SOURCE_DIR "/../shared/data/tinyshakespeare.txt");
+  spec.mutable_data()->set_corpus_path(gasloc::testing::kTinyShakespeare);
   spec.mutable_data()->set_eval_windows(64);
   spec.mutable_stop()->set_max_rounds(kConfig.steps);
   spec.mutable_outer()->set_local_steps(1);

@@ -1,17 +1,25 @@
 #include "worker/train/data.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <future>
 #include <set>
 #include <string>
 
 #include "gtest/gtest.h"
+#include "tests/support/test_corpus.h"
 
 namespace gasloc {
 namespace {
 
-constexpr char kShakespeare[] = GASLOC_SOURCE_DIR "/../shared/data/tinyshakespeare.txt";
+constexpr const char* kShakespeare = gasloc::testing::kTinyShakespeare;
 
 std::string TempDir(const std::string& name) {
   auto dir = std::filesystem::temp_directory_path() /
@@ -77,6 +85,74 @@ TEST(CorpusTest, RefusesMissingEmptyAndTooSmallCorpora) {
   auto bad_fraction = Corpus::Open({.path = dir + "/small",
                                     .train_fraction = 1.0});
   EXPECT_EQ(bad_fraction.status().code(), absl::StatusCode::kInvalidArgument);
+  std::filesystem::remove_all(dir);
+}
+
+// Opens `path` on another thread and waits at most 10 s: a corpus path
+// that blocks the open (a named pipe with no writer) fails the test
+// instead of hanging it. `unblock` is called on a timeout so the opening
+// thread can finish.
+absl::StatusOr<std::unique_ptr<Corpus>> OpenWithDeadline(
+    const std::string& path, const std::function<void()>& unblock) {
+  auto future = std::async(std::launch::async,
+                           [path] { return Corpus::Open({.path = path}); });
+  if (future.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
+    ADD_FAILURE() << "Corpus::Open(\"" << path << "\") hung for 10 s";
+    unblock();
+  }
+  return future.get();
+}
+
+void ExpectRefusedNaming(const absl::StatusOr<std::unique_ptr<Corpus>>& got,
+                         const std::string& path, const std::string& what) {
+  ASSERT_FALSE(got.ok()) << path << " was accepted as a corpus";
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument)
+      << got.status();
+  EXPECT_NE(got.status().message().find(path), std::string::npos)
+      << got.status();
+  EXPECT_NE(got.status().message().find(what), std::string::npos)
+      << got.status();
+}
+
+TEST(CorpusTest, NamedPipeIsAClearErrorNotAHang) {
+  const std::string dir = TempDir("corpus_fifo");
+  const std::string fifo = dir + "/pipe";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  auto unblock = [&fifo] {
+    const int fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
+    if (fd >= 0) ::close(fd);
+  };
+  ExpectRefusedNaming(OpenWithDeadline(fifo, unblock), fifo, "named pipe");
+  std::filesystem::remove_all(dir);
+}
+
+TEST(CorpusTest, DevicesAndEmptyPathsAreClearErrors) {
+  ExpectRefusedNaming(Corpus::Open({.path = "/dev/null"}), "/dev/null",
+                      "character device");
+  auto empty_path = Corpus::Open({.path = ""});
+  EXPECT_EQ(empty_path.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(empty_path.status().message().find("corpus path is empty"),
+            std::string::npos);
+}
+
+TEST(CorpusTest, DirectoryWithoutRegularFilesIsAClearError) {
+  const std::string dir = TempDir("corpus_no_text");
+  std::filesystem::create_directories(dir + "/sub");
+  ASSERT_EQ(::mkfifo((dir + "/pipe").c_str(), 0600), 0);
+  ExpectRefusedNaming(OpenWithDeadline(dir, [] {}), dir,
+                      "holds no regular files");
+  std::filesystem::remove_all(dir);
+}
+
+TEST(CorpusTest, UnreadableFileIsAClearError) {
+  if (::geteuid() == 0) {
+    GTEST_SKIP() << "running as root: file permissions do not stop reads";
+  }
+  const std::string dir = TempDir("corpus_unreadable");
+  WriteFile(dir + "/secret", std::string(100, 'x'));
+  ASSERT_EQ(::chmod((dir + "/secret").c_str(), 0), 0);
+  ExpectRefusedNaming(Corpus::Open({.path = dir + "/secret"}),
+                      dir + "/secret", "Permission denied");
   std::filesystem::remove_all(dir);
 }
 

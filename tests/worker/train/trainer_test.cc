@@ -8,11 +8,12 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "tests/support/test_corpus.h"
 
 namespace gasloc {
 namespace {
 
-constexpr char kShakespeare[] = GASLOC_SOURCE_DIR "/../shared/data/tinyshakespeare.txt";
+constexpr const char* kShakespeare = gasloc::testing::kTinyShakespeare;
 
 v1::JobSpec TinySpec() {
   v1::JobSpec spec;
