@@ -1,5 +1,8 @@
-// --key=value / --flag parsing for one gasloc-bench subcommand (Abseil
-// flags are process-global and would collide between subcommands).
+// Flag parsing for every gasloc-bench subcommand, with Abseil's syntax so
+// that the benchmarks read their flags like the other binaries do (Abseil
+// flags themselves are process-global and would collide between
+// subcommands): --key=value or --key value (one or two dashes); a boolean
+// is --flag, --flag=true|false or --noflag (never the next argument).
 // Underscores in keys read as dashes; --help / -h prints the usage and
 // exits 0; anything else unknown or malformed is an error naming it.
 //

@@ -33,6 +33,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "bench/bench_flags.h"
 #include "bench/bench_registry.h"
 #include "bench/iperf3_baseline.h"
 #include "common/malloc_tuning.h"
@@ -71,22 +72,22 @@ bool ParseList(const std::string& value, std::vector<uint64_t>* out) {
   return !out->empty();
 }
 
+constexpr char kUsage[] =
+    "Usage: gasloc-bench exchange [--floats=N,...] [--encodings=fp32,bf16] "
+    "[--chunk_kib=K,...] [--reps=R] [--http2=bulk,default] "
+    "[--malloc=tuned|glibc]\n"
+    "  --floats     model sizes in floats (default 4194304,25000000)\n"
+    "  --encodings  wire encodings (default fp32,bf16)\n"
+    "  --chunk_kib  chunk payload sizes in KiB, 4..3072 (default 256,1024)\n"
+    "  --reps       runs per measurement, median reported (default 3)\n"
+    "  --http2      transport settings: bulk (server/http2_tuning.h) and/or\n"
+    "               default (gRPC's own); default both\n"
+    "  --malloc     tuned (common/malloc_tuning.h, as gasloc-worker) or\n"
+    "               glibc (its defaults); default tuned\n";
+
 int Usage(const char* program, const std::string& error) {
-  if (!error.empty()) std::fprintf(stderr, "%s: %s\n", program, error.c_str());
-  std::printf(
-      "Usage: %s [--floats=N,...] [--encodings=fp32,bf16] "
-      "[--chunk_kib=K,...] [--reps=R] [--http2=bulk,default] "
-      "[--malloc=tuned|glibc]\n"
-      "  --floats     model sizes in floats (default 4194304,25000000)\n"
-      "  --encodings  wire encodings (default fp32,bf16)\n"
-      "  --chunk_kib  chunk payload sizes in KiB, 4..3072 (default 256,1024)\n"
-      "  --reps       runs per measurement, median reported (default 3)\n"
-      "  --http2      transport settings: bulk (server/http2_tuning.h) and/or\n"
-      "               default (gRPC's own); default both\n"
-      "  --malloc     tuned (common/malloc_tuning.h, as gasloc-worker) or\n"
-      "               glibc (its defaults); default tuned\n",
-      program);
-  return error.empty() ? 0 : 2;
+  std::fprintf(stderr, "%s: %s\n%s", program, error.c_str(), kUsage);
+  return 2;
 }
 
 // --- raw TCP baseline -------------------------------------------------------
@@ -316,59 +317,58 @@ void PrintCodecSpeed(const Config& config, const std::vector<float>& model,
 
 int RunExchangeBench(int argc, char** argv) {
   Config config;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    const auto eq = arg.find('=');
-    const std::string name = arg.substr(0, eq);
-    const std::string value = eq == std::string::npos ? "" : arg.substr(eq + 1);
-    std::vector<uint64_t> list;
-    if (name == "--help") return Usage(argv[0], "");
-    if (name == "--floats") {
-      if (!ParseList(value, &config.floats))
-        return Usage(argv[0], "--floats wants positive integers");
-    } else if (name == "--chunk_kib") {
-      if (!ParseList(value, &list))
-        return Usage(argv[0], "--chunk_kib wants positive integers");
-      config.chunk_kib.clear();
-      for (uint64_t k : list) {
-        if (k < 4 || k > 3072)
-          return Usage(argv[0], absl::StrCat("--chunk_kib ", k,
-                                             " is outside 4..3072"));
-        config.chunk_kib.push_back(static_cast<uint32_t>(k));
-      }
-    } else if (name == "--encodings") {
-      config.encodings.clear();
-      for (absl::string_view e : absl::StrSplit(value, ',')) {
-        if (e == "fp32") {
-          config.encodings.push_back(v1::WIRE_ENCODING_FP32);
-        } else if (e == "bf16") {
-          config.encodings.push_back(v1::WIRE_ENCODING_BF16);
-        } else {
-          return Usage(argv[0], absl::StrCat("unknown encoding '", e,
-                                             "' (fp32, bf16)"));
-        }
-      }
-    } else if (name == "--http2") {
-      config.bulk_tuning.clear();
-      for (absl::string_view t : absl::StrSplit(value, ',')) {
-        if (t != "bulk" && t != "default")
-          return Usage(argv[0], absl::StrCat("unknown --http2 '", t,
-                                             "' (bulk, default)"));
-        config.bulk_tuning.push_back(t == "bulk");
-      }
-    } else if (name == "--malloc") {
-      if (value != "tuned" && value != "glibc")
-        return Usage(argv[0], absl::StrCat("unknown --malloc '", value,
-                                           "' (tuned, glibc)"));
-      config.malloc_tuning = value == "tuned";
-    } else if (name == "--reps") {
-      if (!ParseList(value, &list) || list.size() != 1)
-        return Usage(argv[0], "--reps wants one positive integer");
-      config.reps = static_cast<int>(list[0]);
-    } else {
-      return Usage(argv[0], absl::StrCat("unknown flag ", arg));
+  std::string floats, chunk_kib, encodings, http2, malloc_choice;
+  int reps = config.reps;
+  BenchFlags flags;
+  flags.strings = {{"floats", &floats},       {"chunk-kib", &chunk_kib},
+                   {"encodings", &encodings}, {"http2", &http2},
+                   {"malloc", &malloc_choice}};
+  flags.ints = {{"reps", &reps}};
+  if (!ParseBenchFlags(argc, argv, argv[0], kUsage, flags)) return 2;
+  std::vector<uint64_t> list;
+  if (!floats.empty() && !ParseList(floats, &config.floats))
+    return Usage(argv[0], "--floats wants positive integers");
+  if (!chunk_kib.empty()) {
+    if (!ParseList(chunk_kib, &list))
+      return Usage(argv[0], "--chunk_kib wants positive integers");
+    config.chunk_kib.clear();
+    for (uint64_t k : list) {
+      if (k < 4 || k > 3072)
+        return Usage(argv[0], absl::StrCat("--chunk_kib ", k,
+                                           " is outside 4..3072"));
+      config.chunk_kib.push_back(static_cast<uint32_t>(k));
     }
   }
+  if (!encodings.empty()) {
+    config.encodings.clear();
+    for (absl::string_view e : absl::StrSplit(encodings, ',')) {
+      if (e == "fp32") {
+        config.encodings.push_back(v1::WIRE_ENCODING_FP32);
+      } else if (e == "bf16") {
+        config.encodings.push_back(v1::WIRE_ENCODING_BF16);
+      } else {
+        return Usage(argv[0],
+                     absl::StrCat("unknown encoding '", e, "' (fp32, bf16)"));
+      }
+    }
+  }
+  if (!http2.empty()) {
+    config.bulk_tuning.clear();
+    for (absl::string_view t : absl::StrSplit(http2, ',')) {
+      if (t != "bulk" && t != "default")
+        return Usage(argv[0],
+                     absl::StrCat("unknown --http2 '", t, "' (bulk, default)"));
+      config.bulk_tuning.push_back(t == "bulk");
+    }
+  }
+  if (!malloc_choice.empty()) {
+    if (malloc_choice != "tuned" && malloc_choice != "glibc")
+      return Usage(argv[0], absl::StrCat("unknown --malloc '", malloc_choice,
+                                         "' (tuned, glibc)"));
+    config.malloc_tuning = malloc_choice == "tuned";
+  }
+  if (reps < 1) return Usage(argv[0], "--reps wants one positive integer");
+  config.reps = reps;
 
   if (config.malloc_tuning) {
     const std::string refused = TuneMallocForStreaming(

@@ -23,6 +23,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
+#include "bench/bench_flags.h"
 #include "bench/bench_registry.h"
 #include "prometheus/registry.h"
 #include "worker/round/worker_metrics.h"
@@ -43,28 +44,21 @@ double NsPerCall(WorkerMetrics& metrics, int calls) {
 
 int RunMetricsBench(int argc, char** argv) {
   int calls = 1000000, steps = 60;
-  std::string data = GASLOC_SOURCE_DIR "/../shared/data/tinyshakespeare.txt";
-  for (int i = 1; i < argc; ++i) {
-    absl::string_view arg = argv[i];
-    bool ok = true;
-    if (absl::ConsumePrefix(&arg, "--calls=")) {
-      ok = absl::SimpleAtoi(arg, &calls) && calls > 0;
-    } else if (absl::ConsumePrefix(&arg, "--steps=")) {
-      ok = absl::SimpleAtoi(arg, &steps) && steps > 10;
-    } else if (absl::ConsumePrefix(&arg, "--data=")) {
-      data = std::string(arg);
-    } else {
-      ok = false;
-    }
-    if (!ok) {
-      std::fprintf(stderr,
-                   "gasloc-bench metrics: bad argument '%s' (--calls=N > 0, "
-                   "--steps=N > 10, --data=FILE)\n",
-                   argv[i]);
-      return 2;
-    }
+  std::string data = GASLOC_SOURCE_DIR "/tests/data/tinyshakespeare.txt";
+  constexpr char kUsage[] =
+      "Usage: gasloc-bench metrics [--calls=N > 0] [--steps=N > 10] "
+      "[--data=FILE]\n";
+  BenchFlags flags;
+  flags.ints = {{"calls", &calls}, {"steps", &steps}};
+  flags.strings = {{"data", &data}};
+  if (!ParseBenchFlags(argc, argv, "gasloc-bench metrics", kUsage, flags)) {
+    return 2;
   }
-  if (::access(data.c_str(), R_OK) != 0) data = "/usr/share/common-licenses";
+  if (calls <= 0 || steps <= 10) {
+    std::fprintf(stderr, "gasloc-bench metrics: --calls must be > 0 and "
+                         "--steps > 10\n%s", kUsage);
+    return 2;
+  }
 
   auto registry = std::make_shared<prometheus::Registry>();
   WorkerMetrics metrics(*registry);

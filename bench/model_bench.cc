@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_flags.h"
 #include "bench/bench_registry.h"
 #include "worker/model/kernels.h"
 #include "worker/model/transformer.h"
@@ -59,33 +60,14 @@ int Run(int argc, char** argv) {
       {"preset", ""}, {"layers", "4"}, {"d-model", "256"}, {"heads", "4"},
       {"ctx", "256"}, {"batch", "16"}, {"dtype", "fp32"}, {"threads", "2"},
       {"steps", "10"}, {"seed", "1"}};
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg == "--help") {
-      std::printf("gasloc-bench model [--preset S|M|D24] [--layers N] "
-                  "[--d-model N] [--heads N] [--ctx N] [--batch N] "
-                  "[--dtype fp32|bf16] [--threads N] [--steps N] [--seed N]\n");
-      return 0;
-    }
-    if (arg.rfind("--", 0) != 0) {
-      std::fprintf(stderr, "gasloc-bench model: unexpected argument '%s'\n",
-                   arg.c_str());
-      return 2;
-    }
-    std::string name = arg.substr(2), value;
-    const size_t eq = name.find('=');
-    if (eq != std::string::npos) {
-      value = name.substr(eq + 1);
-      name = name.substr(0, eq);
-    } else if (i + 1 < argc) {
-      value = argv[++i];
-    }
-    if (flags.find(name) == flags.end()) {
-      std::fprintf(stderr, "gasloc-bench model: unknown flag --%s\n",
-                   name.c_str());
-      return 2;
-    }
-    flags[name] = value;
+  constexpr char kUsage[] =
+      "gasloc-bench model [--preset S|M|D24] [--layers N] [--d-model N] "
+      "[--heads N] [--ctx N] [--batch N] [--dtype fp32|bf16] [--threads N] "
+      "[--steps N] [--seed N]\n";
+  BenchFlags parsed;
+  for (auto& [name, value] : flags) parsed.strings[name] = &value;
+  if (!ParseBenchFlags(argc, argv, "gasloc-bench model", kUsage, parsed)) {
+    return 2;
   }
   const std::string preset = flags["preset"];
   if (preset == "S") {

@@ -104,7 +104,7 @@ bool ParseArgs(int argc, char** argv, Options* o) {
   if (o->threads < 1) return Fail("--threads must be >= 1");
   if (o->margin <= 0) return Fail("--margin must be > 0");
   if (o->corpus.empty())
-    o->corpus = GASLOC_SOURCE_DIR "/../shared/data/tinyshakespeare.txt";
+    o->corpus = GASLOC_SOURCE_DIR "/tests/data/tinyshakespeare.txt";
   if (::access(o->corpus.c_str(), R_OK) != 0)
     return Fail("--corpus: cannot read '" + o->corpus + "'");
   return true;

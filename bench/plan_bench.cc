@@ -23,6 +23,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "bench/bench_flags.h"
 #include "bench/bench_registry.h"
 #include "common/clock.h"
 #include "common/job_spec.h"
@@ -164,39 +165,32 @@ int RunPlanBench(int argc, char** argv) {
   int rounds = 50;
   std::string topology_name = "one_peer";
   std::string db;
-  for (int i = 1; i < argc; ++i) {
-    const absl::string_view arg = argv[i];
-    absl::string_view rest = arg;
-    if (arg == "--help") {
-      std::printf(
-          "Usage: gasloc-bench plan [--workers=1000,10000] [--rounds=50] "
-          "[--topology=one_peer|two_peer|ring|complete] [--db=FILE]\n");
-      return 0;
-    }
-    if (absl::ConsumePrefix(&rest, "--workers=")) {
-      counts.clear();
-      for (absl::string_view part : absl::StrSplit(rest, ',')) {
-        int n;
-        if (!absl::SimpleAtoi(part, &n) || n < 1 || n > 100000) {
-          std::fprintf(stderr, "gasloc-bench plan: --workers entries must be in "
-                               "[1, 100000], got '%s'\n",
-                       std::string(part).c_str());
-          return 2;
-        }
-        counts.push_back(n);
-      }
-    } else if (absl::ConsumePrefix(&rest, "--rounds=")) {
-      if (!absl::SimpleAtoi(rest, &rounds) || rounds < 1) {
-        std::fprintf(stderr, "gasloc-bench plan: --rounds must be >= 1\n");
+  std::string workers;
+  constexpr char kUsage[] =
+      "Usage: gasloc-bench plan [--workers=1000,10000] [--rounds=50] "
+      "[--topology=one_peer|two_peer|ring|complete] [--db=FILE]\n";
+  BenchFlags flags;
+  flags.strings = {{"workers", &workers}, {"topology", &topology_name},
+                   {"db", &db}};
+  flags.ints = {{"rounds", &rounds}};
+  if (!ParseBenchFlags(argc, argv, "gasloc-bench plan", kUsage, flags)) {
+    return 2;
+  }
+  if (rounds < 1) {
+    std::fprintf(stderr, "gasloc-bench plan: --rounds must be >= 1\n");
+    return 2;
+  }
+  if (!workers.empty()) {
+    counts.clear();
+    for (absl::string_view part : absl::StrSplit(workers, ',')) {
+      int n;
+      if (!absl::SimpleAtoi(part, &n) || n < 1 || n > 100000) {
+        std::fprintf(stderr, "gasloc-bench plan: --workers entries must be in "
+                             "[1, 100000], got '%s'\n",
+                     std::string(part).c_str());
         return 2;
       }
-    } else if (absl::ConsumePrefix(&rest, "--topology=")) {
-      topology_name = std::string(rest);
-    } else if (absl::ConsumePrefix(&rest, "--db=")) {
-      db = std::string(rest);
-    } else {
-      std::fprintf(stderr, "gasloc-bench plan: unknown argument '%s'\n", argv[i]);
-      return 2;
+      counts.push_back(n);
     }
   }
   v1::Topology topology;

@@ -256,7 +256,7 @@ int RunTrainBench(int argc, char** argv) {
     return 2;
   }
   if (o.data.empty()) {
-    o.data = GASLOC_SOURCE_DIR "/../shared/data/tinyshakespeare.txt";
+    o.data = GASLOC_SOURCE_DIR "/tests/data/tinyshakespeare.txt";
     if (::access(o.data.c_str(), R_OK) != 0) o.data = "/usr/share/common-licenses";
   }
   v1::JobSpec spec;
