@@ -1,14 +1,31 @@
 #!/usr/bin/env bash
 # README command 2: installs everything, builds, and runs the whole test
 # suite with ctest. Exits non-zero if anything fails.
-#   bash scripts/test.sh            (add -R REGEX etc. to pass to ctest)
+#   bash scripts/test.sh                 unit + integration tests
+#   bash scripts/test.sh --sanitizers    also builds the asan preset
+#                                        (AddressSanitizer + UBSan) and runs
+#                                        the unit tests under it (CI does)
+#   bash scripts/test.sh -R REGEX ...    anything else is passed to ctest
 set -euo pipefail
 cd "$(dirname "$0")/.."
+sanitizers=false
+ctest_args=()
+for arg in "$@"; do
+  case "$arg" in
+    --sanitizers) sanitizers=true ;;
+    *) ctest_args+=("$arg") ;;
+  esac
+done
 bash scripts/install_deps.sh
 preset=release
 if [ "${CI:-}" = "true" ]; then preset=ci; fi
 bash scripts/build.sh "$preset"
 # Unit tests in parallel; multi-process tests one at a time (they measure
 # deadlines and share two cores).
-ctest --preset "$preset" -j "$(nproc)" -LE integration "$@"
-ctest --preset "$preset" -L integration "$@"
+ctest --preset "$preset" -j "$(nproc)" -LE integration "${ctest_args[@]}"
+ctest --preset "$preset" -L integration "${ctest_args[@]}"
+if [ "$sanitizers" = true ]; then
+  echo "test.sh: unit tests under AddressSanitizer + UBSan (preset asan)"
+  bash scripts/build.sh asan
+  ctest --preset asan -j "$(nproc)" -LE integration "${ctest_args[@]}"
+fi

@@ -96,6 +96,9 @@ class Reader {
   Reader(const uint8_t* data, size_t size) : data_(data), size_(size) {}
   bool Read(void* out, size_t bytes) {
     if (bytes > size_ - pos_) return false;
+    // memcpy's pointers must be valid even for zero bytes, and an empty
+    // vector's data() may be null (UBSan: "null pointer passed as argument").
+    if (bytes == 0) return true;
     std::memcpy(out, data_ + pos_, bytes);
     pos_ += bytes;
     return true;
