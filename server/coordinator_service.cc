@@ -3,14 +3,9 @@
 #include <string>
 
 #include "absl/time/clock.h"
+#include "server/grpc_status.h"
 
 namespace gasloc {
-
-grpc::Status ToGrpcStatus(const absl::Status& status) {
-  if (status.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
-                      std::string(status.message()));
-}
 
 namespace {
 

@@ -82,9 +82,6 @@ class CoordinatorService final : public v1::Coordinator::Service {
   std::atomic<bool> shutting_down_{false};
 };
 
-// absl::Status -> grpc::Status, same code and message.
-grpc::Status ToGrpcStatus(const absl::Status& status);
-
 }  // namespace gasloc
 
 #endif  // GASLOC_SERVER_COORDINATOR_SERVICE_H_

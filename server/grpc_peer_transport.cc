@@ -10,13 +10,11 @@
 #include "gasloc/v1/peer.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "common/status_macros.h"
+#include "server/grpc_status.h"
 #include "server/http2_tuning.h"
-#include "server/peer_service.h"
 #include "worker/exchange/wire_codec.h"
 
 namespace gasloc {
-
-using peer_internal::FromGrpcStatus;
 
 struct GrpcPeerTransport::Impl {
   explicit Impl(GrpcPeerTransportOptions o) : options(std::move(o)) {}
@@ -103,21 +101,15 @@ TransferOutcome GrpcPeerTransport::Impl::Send(
     if (written) outcome.bytes += chunk.payload().size();
   }
   // A failed Write means the stream is broken; Finish says why.
-  bool acknowledged = false;
+  absl::Status acknowledged = absl::UnavailableError(
+      "the peer closed the stream without an acknowledgement");
   if (written) {
     stream->WritesDone();
     v1::ExchangeChunk ack;
-    if (stream->Read(&ack)) {
-      const v1::ChunkHeader& h = ack.header();
-      acknowledged = ack.last() && h.job_id() == key.job_id &&
-                     h.round() == key.round && h.phase() == key.phase &&
-                     h.step() == key.step && h.sender_id() == send.peer_id;
-    }
+    if (stream->Read(&ack)) acknowledged = CheckAck(ack, key, send.peer_id);
   }
   absl::Status status = FromGrpcStatus(stream->Finish());
-  if (status.ok() && !acknowledged)
-    status = absl::UnavailableError(
-        "the peer closed the stream without a valid acknowledgement");
+  if (status.ok()) status = acknowledged;
   return finish(status);
 }
 

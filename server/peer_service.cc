@@ -5,27 +5,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "server/grpc_status.h"
 #include "worker/exchange/wire_codec.h"
 
 namespace gasloc {
-
-namespace peer_internal {
-
-grpc::Status ToGrpcStatus(const absl::Status& status) {
-  if (status.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
-                      std::string(status.message()));
-}
-
-absl::Status FromGrpcStatus(const grpc::Status& status) {
-  if (status.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                      status.error_message());
-}
-
-}  // namespace peer_internal
-
-using peer_internal::ToGrpcStatus;
 
 PeerService::PeerService(Mailbox* mailbox, PeerServiceOptions options)
     : mailbox_(mailbox), options_(std::move(options)) {}
@@ -57,21 +40,7 @@ grpc::Status PeerService::Exchange(
     }
     if (inbound->committed()) {
       inbound->End();
-      v1::ExchangeChunk ack;
-      v1::ChunkHeader* h = ack.mutable_header();
-      const TransferKey& key = inbound->key();
-      h->set_job_id(key.job_id);
-      h->set_round(key.round);
-      h->set_phase(key.phase);
-      h->set_step(key.step);
-      h->set_sender_id(mailbox_->self_id());
-      h->set_range_begin(chunk.header().range_begin());
-      h->set_range_end(chunk.header().range_end());
-      h->set_offset(chunk.header().range_end());
-      h->set_encoding(chunk.header().encoding());
-      h->set_arena_elements(chunk.header().arena_elements());
-      ack.set_last(true);
-      stream->Write(ack);
+      stream->Write(MakeAck(chunk.header(), mailbox_->self_id()));
       return grpc::Status::OK;
     }
   }

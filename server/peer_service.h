@@ -4,9 +4,8 @@
 //   Exchange    one transfer per stream: the dialer streams its chunks; the
 //               service feeds them to the worker's Mailbox (which checks
 //               and decodes them into the registered scratch buffer) and,
-//               once the transfer committed, writes one chunk whose header
-//               echoes the key (sender = this worker, last = true) as the
-//               acknowledgement. A rejected chunk ends the RPC with the
+//               once the transfer committed, writes the codec's
+//               acknowledgement (MakeAck, worker/exchange/wire_codec.h). A rejected chunk ends the RPC with the
 //               Mailbox's status (INVALID_ARGUMENT, FAILED_PRECONDITION,
 //               DEADLINE_EXCEEDED); a stream that ends without the last
 //               chunk fails the transfer (UNAVAILABLE).
@@ -35,12 +34,6 @@
 #include "worker/exchange/model_fetch.h"
 
 namespace gasloc {
-
-// absl <-> gRPC status (the codes are numerically the same).
-namespace peer_internal {
-grpc::Status ToGrpcStatus(const absl::Status& status);
-absl::Status FromGrpcStatus(const grpc::Status& status);
-}  // namespace peer_internal
 
 // (job_id, round) the worker is in, for Ping; (0, 0) when idle.
 using RoundReporter = std::function<std::pair<uint64_t, uint64_t>()>;

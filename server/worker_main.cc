@@ -1,4 +1,7 @@
-// gasloc-worker: the long-running training daemon of one machine.
+// gasloc-worker: the long-running training daemon of one machine. Wires the
+// gRPC pieces (Peer service, peer transport, coordinator link, metrics
+// endpoint) to the daemon's logic in worker/daemon/ and runs it; every
+// decision is taken there.
 #include <unistd.h>
 
 #include <cstdio>
@@ -12,14 +15,14 @@
 #include "common/log.h"
 #include "common/malloc_tuning.h"
 #include "common/version.h"
-#include "server/coordinator_client.h"
+#include "server/grpc_coordinator_link.h"
 #include "server/grpc_peer_transport.h"
 #include "server/peer_service.h"
 #include "server/server_runner.h"
 #include "prometheus/exposer.h"
 #include "prometheus/registry.h"
 #include "server/metrics_endpoint.h"
-#include "server/worker_daemon.h"
+#include "worker/daemon/worker_daemon.h"
 #include "worker/round/trainer_adapter.h"
 #include "worker/train/trainer.h"
 
@@ -77,7 +80,7 @@ int RunWorker() {
   }
 
   auto coordinator =
-      CoordinatorClient::Create(absl::GetFlag(FLAGS_coordinator), credentials);
+      GrpcCoordinatorLink::Create(absl::GetFlag(FLAGS_coordinator), credentials);
   if (!coordinator.ok()) {
     GASLOC_LOG(ERROR) << "gasloc-worker: " << coordinator.status();
     return 1;
@@ -123,8 +126,12 @@ int RunWorker() {
     fetch.deadline = absl::Now() + absl::Minutes(5);
     return transport.FetchModel(fetch);
   };
-  WorkerDaemon daemon(options, coordinator->get(), &transport,
-                      &TrainerAdapter::Create, fetcher);
+  TrainerFactory trainers = [](const v1::JobSpec& spec, DataShard shard,
+                               int threads) {
+    return TrainerAdapter::Create(spec, shard.rank, shard.num_workers, threads);
+  };
+  WorkerDaemon daemon(options, coordinator->get(), &transport, trainers,
+                      fetcher);
   peer_service.SetModelProvider(
       [&daemon](uint64_t job_id) { return daemon.SnapshotModel(job_id); });
 

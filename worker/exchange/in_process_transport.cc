@@ -42,6 +42,10 @@ InProcessFault InProcessFault::Silent(uint64_t from, uint64_t to) {
   return MakeFault(kSilent, from, to, 0, absl::ZeroDuration());
 }
 
+InProcessFault InProcessFault::DropAck(uint64_t from, uint64_t to) {
+  return MakeFault(kDropAck, from, to, 0, absl::ZeroDuration());
+}
+
 InProcessFault InProcessFault::InRound(uint64_t r) const {
   InProcessFault f = *this;
   f.round = r;
@@ -134,6 +138,7 @@ TransferOutcome InProcessTransport::Send(const TransferKey& key,
       network_->FaultsFor(self, send.peer_id, key.round);
   std::optional<uint32_t> cut_after, corrupt;
   absl::Duration delay = absl::ZeroDuration();
+  bool drop_ack = false;
   for (const InProcessFault& f : faults) {
     switch (f.kind) {
       case InProcessFault::kDropPeer:
@@ -150,6 +155,9 @@ TransferOutcome InProcessTransport::Send(const TransferKey& key,
         break;
       case InProcessFault::kSilent:
         delay = absl::InfiniteDuration();
+        break;
+      case InProcessFault::kDropAck:
+        drop_ack = true;
         break;
     }
   }
@@ -210,8 +218,17 @@ TransferOutcome InProcessTransport::Send(const TransferKey& key,
     }
     outcome.bytes += chunk.payload().size();
   }
+  // The receiver's end of the stream: the committed transfer is answered
+  // with the codec's acknowledgement, which the sender checks (as over
+  // gRPC); without it the send has not succeeded.
+  absl::Status acknowledged = absl::UnavailableError(absl::StrCat(
+      "peer ", send.peer_id, " closed the stream without an acknowledgement",
+      drop_ack ? " (injected fault)" : ""));
+  if (stream->committed() && !drop_ack)
+    acknowledged =
+        CheckAck(MakeAck(chunk.header(), peer->self_id()), key, send.peer_id);
   stream->End();
-  return finish(absl::OkStatus());
+  return finish(acknowledged);
 }
 
 }  // namespace gasloc

@@ -1,8 +1,9 @@
 // A PeerTransport with no sockets, for tests of the round logic: workers
 // join one InProcessNetwork and exchange through the same codec and
 // Mailbox path the gRPC transport uses (chunks are encoded, checksummed,
-// validated and decoded exactly as on the wire), each send running on its
-// own thread, so both directions of a pair move at the same time.
+// validated and decoded exactly as on the wire, and a committed transfer
+// is acknowledged with the codec's MakeAck / CheckAck), each send running
+// on its own thread, so both directions of a pair move at the same time.
 //
 // Faults can be injected per (sender, receiver, round):
 //   kDropPeer        the peer is gone: nothing it sends arrives (its sends
@@ -16,6 +17,9 @@
 //                    past the deadline)
 //   kSilent          the sender sends nothing and waits for the deadline
 //                    (a hung peer: both sides DEADLINE_EXCEEDED)
+//   kDropAck         the receiver commits the transfer but its
+//                    acknowledgement is lost (receiver OK, sender
+//                    UNAVAILABLE)
 //
 //   InProcessNetwork net;
 //   auto a = net.Join(1), b = net.Join(2);
@@ -50,7 +54,14 @@
 namespace gasloc {
 
 struct InProcessFault {
-  enum Kind { kDropPeer, kCutAfterChunks, kCorruptChunk, kDelay, kSilent };
+  enum Kind {
+    kDropPeer,
+    kCutAfterChunks,
+    kCorruptChunk,
+    kDelay,
+    kSilent,
+    kDropAck
+  };
   Kind kind = kDropPeer;
   // kDropPeer: the peer that is gone (`to` is ignored). Otherwise the
   // sender of the affected streams.
@@ -72,6 +83,7 @@ struct InProcessFault {
   static InProcessFault Delay(uint64_t from, uint64_t to,
                               absl::Duration delay);
   static InProcessFault Silent(uint64_t from, uint64_t to);
+  static InProcessFault DropAck(uint64_t from, uint64_t to);
   // This fault, limited to `round`.
   InProcessFault InRound(uint64_t r) const;
 };

@@ -343,4 +343,36 @@ absl::Status ValidateAndDecodeChunk(const v1::ExchangeChunk& chunk,
                        buffer.subspan(h.offset(), h.length()), h.offset());
 }
 
+v1::ExchangeChunk MakeAck(const v1::ChunkHeader& last, uint64_t receiver_id) {
+  v1::ExchangeChunk ack;
+  v1::ChunkHeader* h = ack.mutable_header();
+  h->set_job_id(last.job_id());
+  h->set_round(last.round());
+  h->set_phase(last.phase());
+  h->set_step(last.step());
+  h->set_sender_id(receiver_id);
+  h->set_range_begin(last.range_begin());
+  h->set_range_end(last.range_end());
+  h->set_offset(last.range_end());
+  h->set_encoding(last.encoding());
+  h->set_arena_elements(last.arena_elements());
+  ack.set_last(true);
+  return ack;
+}
+
+absl::Status CheckAck(const v1::ExchangeChunk& ack, const TransferKey& key,
+                      uint64_t receiver_id) {
+  const v1::ChunkHeader& h = ack.header();
+  if (ack.last() && h.job_id() == key.job_id && h.round() == key.round &&
+      h.phase() == key.phase && h.step() == key.step &&
+      h.sender_id() == receiver_id)
+    return absl::OkStatus();
+  return absl::UnavailableError(absl::StrCat(
+      "the acknowledgement of ", DescribeKey(key), " from worker ",
+      receiver_id, " does not match the transfer (it names sender ",
+      h.sender_id(), ", ",
+      DescribeKey({h.job_id(), h.round(), h.phase(), h.step()}),
+      ack.last() ? "" : ", without last", ")"));
+}
+
 }  // namespace gasloc

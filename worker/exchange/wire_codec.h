@@ -1,8 +1,10 @@
 // The exchange wire format (docs/exchange.md): converting a float range of
 // the arena to a chunk payload (fp32 or bf16, little-endian), splitting a
 // transfer's range into chunks of at most `chunk_bytes` payload bytes,
-// building the v1::ChunkHeader every chunk carries, and checking a received
-// chunk against what the receiver expects, naming what was wrong.
+// building the v1::ChunkHeader every chunk carries, checking a received
+// chunk against what the receiver expects, naming what was wrong, and the
+// acknowledgement a receiver returns for a committed transfer (every
+// transport runs the same MakeAck / CheckAck pair).
 //
 // The fast bf16 conversions sit beside plain-loop references
 // (FloatToBf16Reference / Bf16ToFloatReference) that the tests compare them
@@ -114,6 +116,18 @@ absl::Status ValidateChunk(const v1::ExchangeChunk& chunk,
 absl::Status ValidateAndDecodeChunk(const v1::ExchangeChunk& chunk,
                                     const ChunkExpectation& expect,
                                     std::span<float> buffer);
+
+// --- Acknowledgement (docs/exchange.md, "Acknowledgement") ---------------
+// What the receiver `receiver_id` writes back on the stream once the
+// transfer whose last chunk had header `last` committed: the header echoes
+// job, round, phase, step, range, encoding and arena size, with sender_id
+// = the receiver, offset = range_end, last = true, and no payload.
+v1::ExchangeChunk MakeAck(const v1::ChunkHeader& last, uint64_t receiver_id);
+// OK if `ack` acknowledges the transfer of `key` sent to `receiver_id`;
+// otherwise UNAVAILABLE saying what is wrong with it (the sender then
+// reports the transfer as failed even if the stream ended well).
+absl::Status CheckAck(const v1::ExchangeChunk& ack, const TransferKey& key,
+                      uint64_t receiver_id);
 
 }  // namespace gasloc
 

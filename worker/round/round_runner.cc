@@ -143,7 +143,7 @@ absl::StatusOr<v1::ReportRoundRequest> RoundRunner::RunRound(
   failure_codes_.clear();
   const uint64_t round = assignment.round();
   v1::ReportRoundRequest report;
-  report.set_worker_id(options_.worker_id);
+  report.set_worker_id(transport_->self_id());
   report.set_job_id(options_.job_id);
   report.set_round(round);
   if (round < next_round_) {
@@ -176,8 +176,10 @@ absl::StatusOr<v1::ReportRoundRequest> RoundRunner::RunRound(
           "round ", round, ": parameters became non-finite during the inner "
           "phase; round abandoned, parameters restored"));
     if (status.ok()) {
-      Progress({round, assignment.local_steps(), report.train_loss(), 0, 0,
-                v1::WORKER_ACTIVITY_EXCHANGING});
+      Progress({.round = round,
+                .inner_step = assignment.local_steps(),
+                .train_loss = report.train_loss(),
+                .activity = v1::WORKER_ACTIVITY_EXCHANGING});
       if (IsGossipAlgorithm(algorithm)) {
         GossipExchange(assignment, &report);
       } else {
@@ -204,8 +206,10 @@ absl::Status RoundRunner::EvaluateIfDue(const v1::Assignment& assignment,
                                         v1::ReportRoundRequest* report) {
   const uint64_t round = assignment.round();
   if (!RoundDutiesAfter(options_.spec, round).evaluate) return absl::OkStatus();
-  Progress({round, assignment.local_steps(), report->train_loss(), 0, 0,
-            v1::WORKER_ACTIVITY_EVALUATING});
+  Progress({.round = round,
+            .inner_step = assignment.local_steps(),
+            .train_loss = report->train_loss(),
+            .activity = v1::WORKER_ACTIVITY_EVALUATING});
   ASSIGN_OR_RETURN(float bpb, trainer_->EvaluateBpb());
   report->set_val_bpb(bpb);
   return absl::OkStatus();
@@ -227,10 +231,15 @@ absl::StatusOr<InnerStepResult> RoundRunner::RunInnerSteps(
     loss_sum += step.loss;
     const absl::Time now = clock_->Now();
     const double elapsed = Seconds(now - start);
-    Progress({round, h + 1, step.loss, elapsed > 0 ? (h + 1) / elapsed : 0,
-              elapsed > 0 ? total.tokens / elapsed : 0,
-              v1::WORKER_ACTIVITY_TRAINING, Seconds(now - step_start),
-              step.tokens, loss_sum / (h + 1)});
+    Progress({.round = round,
+              .inner_step = h + 1,
+              .train_loss = step.loss,
+              .steps_per_second = elapsed > 0 ? (h + 1) / elapsed : 0,
+              .tokens_per_second = elapsed > 0 ? total.tokens / elapsed : 0,
+              .activity = v1::WORKER_ACTIVITY_TRAINING,
+              .step_seconds = Seconds(now - step_start),
+              .step_tokens = step.tokens,
+              .round_mean_loss = loss_sum / (h + 1)});
     step_start = now;
   }
   report->set_inner_steps(steps);
@@ -319,12 +328,13 @@ void RoundRunner::AllReduceExchange(const v1::Assignment& assignment,
   const auto& outer = options_.spec.outer();
   PseudoGradient(theta_start_.flat(), params.flat(), y_.flat());
   int rank = -1;
-  std::vector<RingMember> ring = RingOf(assignment, options_.worker_id, &rank);
+  const uint64_t self = transport_->self_id();
+  std::vector<RingMember> ring = RingOf(assignment, self, &rank);
   if (rank < 0) {
     // Not in the ring (a malformed assignment): average over nobody.
     report->set_failure_reason("this worker is not in the round's ring order");
     ring.clear();
-    ring.push_back({options_.worker_id, ""});
+    ring.push_back({self, ""});
     rank = 0;
   }
   TransferKey key{options_.job_id, assignment.round(),
@@ -369,11 +379,18 @@ absl::Status RoundRunner::DataParallelStep(const v1::Assignment& assignment,
   report->set_tokens(step.tokens);
   report->set_train_loss(step.loss);
   report->set_compute_seconds(seconds);
-  Progress({assignment.round(), 1, step.loss, seconds > 0 ? 1 / seconds : 0,
-            seconds > 0 ? step.tokens / seconds : 0,
-            v1::WORKER_ACTIVITY_TRAINING, seconds, step.tokens, step.loss});
+  Progress({.round = assignment.round(),
+            .inner_step = 1,
+            .train_loss = step.loss,
+            .steps_per_second = seconds > 0 ? 1 / seconds : 0,
+            .tokens_per_second = seconds > 0 ? step.tokens / seconds : 0,
+            .activity = v1::WORKER_ACTIVITY_TRAINING,
+            .step_seconds = seconds,
+            .step_tokens = step.tokens,
+            .round_mean_loss = step.loss});
   int rank = -1;
-  std::vector<RingMember> ring = RingOf(assignment, options_.worker_id, &rank);
+  std::vector<RingMember> ring =
+      RingOf(assignment, transport_->self_id(), &rank);
   if (rank >= 0 && ring.size() > 1) {
     TransferKey key{options_.job_id, assignment.round(),
                     v1::EXCHANGE_PHASE_REDUCE_SCATTER, 0};

@@ -71,8 +71,9 @@ struct RoundDuties {
 // checkpoint directory. `spec` has its defaults applied.
 RoundDuties RoundDutiesAfter(const v1::JobSpec& spec, uint64_t round);
 
+// This worker's id is the transport's (PeerTransport::self_id(), the id
+// the daemon registered with), read where it is needed, never copied here.
 struct RoundRunnerOptions {
-  uint64_t worker_id = 0;
   uint64_t job_id = 0;
   v1::JobSpec spec;  // defaults applied
   std::function<void(const RoundProgress&)> on_progress;  // may be empty

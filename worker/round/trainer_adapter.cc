@@ -10,7 +10,7 @@ absl::StatusOr<std::unique_ptr<InnerTrainer>> TrainerAdapter::Create(
   TrainerOptions options;
   options.spec = spec;
   options.rank = rank;
-  options.num_workers = std::max(num_workers, rank + 1);
+  options.num_workers = num_workers;
   options.threads = threads;
   ASSIGN_OR_RETURN(std::unique_ptr<Trainer> trainer, Trainer::Create(options));
   const v1::TrainingSpec& t = trainer->spec().training();

@@ -17,8 +17,9 @@ namespace gasloc {
 
 class TrainerAdapter final : public InnerTrainer {
  public:
-  // Builds the job's Trainer: data rank `rank` of `num_workers`, `threads`
-  // compute threads (0 = the spec's, whose 0 = all cores).
+  // Builds the job's Trainer: data rank `rank` of `num_workers` (as the
+  // daemon's DataShardOf decided them), `threads` compute threads (0 = the
+  // spec's, whose 0 = all cores).
   static absl::StatusOr<std::unique_ptr<InnerTrainer>> Create(
       const v1::JobSpec& spec, int rank, int num_workers, int threads);
 

@@ -185,6 +185,19 @@ TEST_F(InProcessTest, CorruptChunkIsReportedToBothSides) {
   EXPECT_TRUE(r.a[1].status.ok());
 }
 
+// The acknowledgement is part of every transport: a transfer the receiver
+// committed but never acknowledged is a failed send.
+TEST_F(InProcessTest, LostAcknowledgementFailsTheSendOnly) {
+  net_.AddFault(InProcessFault::DropAck(1, 2));
+  PairResult r = Swap();
+  EXPECT_EQ(r.a[0].status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(r.a[0].status.message(), HasSubstr("without an acknowledgement"));
+  EXPECT_TRUE(r.b[1].status.ok()) << r.b[1].status;  // it did commit
+  EXPECT_TRUE(r.a[1].status.ok()) << r.a[1].status;
+  EXPECT_TRUE(r.b[0].status.ok()) << r.b[0].status;
+  EXPECT_EQ(scratch_b_, model_a_);
+}
+
 TEST_F(InProcessTest, FaultLimitedToOneRoundLeavesTheNextRoundAlone) {
   net_.AddFault(InProcessFault::CorruptChunk(1, 0, 0).InRound(1));
   PairResult r1 = Swap();

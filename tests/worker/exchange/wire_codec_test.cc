@@ -242,5 +242,31 @@ TEST_F(ValidateTest, NonFiniteValueIsInvalidArgumentWhenDecoding) {
   EXPECT_THAT(s.message(), HasSubstr("element 250 is not finite"));
 }
 
+TEST(Ack, EchoesTheTransferAndIsCheckedAgainstItsKey) {
+  const TransferKey key{4, 12, v1::EXCHANGE_PHASE_ALL_GATHER, 2};
+  ChunkContext context{key, /*sender_id=*/7, 100, 900, v1::WIRE_ENCODING_BF16,
+                       1000};
+  std::vector<float> arena(1000, 1.0f);
+  v1::ExchangeChunk last;
+  ASSERT_TRUE(EncodeChunk(context, arena, {800, 100}, true, &last).ok());
+  const v1::ExchangeChunk ack = MakeAck(last.header(), /*receiver_id=*/3);
+  EXPECT_TRUE(ack.last());
+  EXPECT_TRUE(ack.payload().empty());
+  EXPECT_EQ(ack.header().sender_id(), 3u);
+  EXPECT_EQ(ack.header().offset(), 900u);
+  EXPECT_EQ(ack.header().range_begin(), 100u);
+  EXPECT_EQ(ack.header().encoding(), v1::WIRE_ENCODING_BF16);
+  EXPECT_EQ(ack.header().arena_elements(), 1000u);
+  EXPECT_TRUE(CheckAck(ack, key, 3).ok());
+  // Another receiver, another step, or no last flag: not an acknowledgement.
+  EXPECT_EQ(CheckAck(ack, key, 5).code(), absl::StatusCode::kUnavailable);
+  TransferKey other = key;
+  other.step = 3;
+  EXPECT_THAT(CheckAck(ack, other, 3).message(), HasSubstr("does not match"));
+  v1::ExchangeChunk unfinished = ack;
+  unfinished.set_last(false);
+  EXPECT_FALSE(CheckAck(unfinished, key, 3).ok());
+}
+
 }  // namespace
 }  // namespace gasloc

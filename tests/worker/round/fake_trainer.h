@@ -90,6 +90,9 @@ class FakeTrainer : public InnerTrainer {
   }
 
   void PoisonNextStep() { poison_next_step_ = true; }
+  bool HasCheckpoint(const std::string& path) const {
+    return saved_.count(path) > 0;
+  }
   // Every step takes `step_time` on `clock` (a step of known length).
   void TakeTimeOn(FakeClock* clock, absl::Duration step_time) {
     clock_ = clock;

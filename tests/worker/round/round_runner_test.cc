@@ -37,7 +37,7 @@ struct SimWorker {
             float target)
       : trainer(FakeLayout(), target),
         transport(network.Join(id)),
-        runner({id, kJob, spec, {}}, &trainer, transport.get(),
+        runner({kJob, spec, {}}, &trainer, transport.get(),
                &RealClock::Get()) {}
   FakeTrainer trainer;
   std::unique_ptr<InProcessTransport> transport;
@@ -132,7 +132,7 @@ TEST(RoundRunner, ReportsEveryInnerStepAsItRuns) {
   trainer.TakeTimeOn(&clock, absl::Milliseconds(10));
   auto transport = network.Join(1);
   std::vector<RoundProgress> steps;
-  RoundRunnerOptions options{1, kJob, spec, [&](const RoundProgress& p) {
+  RoundRunnerOptions options{kJob, spec, [&](const RoundProgress& p) {
                                if (p.step_tokens > 0) steps.push_back(p);
                              }};
   RoundRunner runner(options, &trainer, transport.get(), &clock);
@@ -147,6 +147,7 @@ TEST(RoundRunner, ReportsEveryInnerStepAsItRuns) {
     tokens += steps[h].step_tokens;
   }
   EXPECT_EQ(tokens, report->tokens());
+  EXPECT_EQ(report->worker_id(), 1u);  // the transport's id
   EXPECT_NEAR(report->compute_seconds(), 0.06, 1e-12);
   EXPECT_NEAR(steps.back().round_mean_loss, report->train_loss(), 1e-5);
   EXPECT_TRUE(runner.failure_codes().empty());
@@ -227,7 +228,7 @@ TEST(RoundRunner, AbsentPeerIsDroppedAtTheDeadline) {
   const v1::JobSpec spec = Spec(v1::ALGORITHM_GASLOC, /*deadline_ms=*/400);
   FakeTrainer trainer(FakeLayout(), 1.0f);
   auto transport = network.Join(1);
-  RoundRunner runner({1, kJob, spec, {}}, &trainer, transport.get(), &clock);
+  RoundRunner runner({kJob, spec, {}}, &trainer, transport.get(), &clock);
   absl::StatusOr<v1::ReportRoundRequest> report;
   std::thread round(
       [&] { report = runner.RunRound(GossipAssignment(0, 1, {2}, 0.5f, 2)); });
@@ -272,7 +273,7 @@ TEST(RoundRunner, NonFiniteLocalStateRestoresTheRoundStart) {
   const v1::JobSpec spec = Spec(v1::ALGORITHM_GASLOC, 300);
   FakeTrainer trainer(FakeLayout(), 1.0f);
   auto transport = network.Join(1);
-  RoundRunner runner({1, kJob, spec, {}}, &trainer, transport.get(),
+  RoundRunner runner({kJob, spec, {}}, &trainer, transport.get(),
                      &RealClock::Get());
   const FloatArena before = trainer.params();
   trainer.PoisonNextStep();
@@ -292,7 +293,7 @@ struct SoloGaslocWorker {
       : spec(Spec(v1::ALGORITHM_GASLOC, 300)),
         trainer(FakeLayout(), 1.0f),
         transport(network.Join(1)),
-        runner({1, kJob, spec, {}}, &trainer, transport.get(),
+        runner({kJob, spec, {}}, &trainer, transport.get(),
                &RealClock::Get()) {
     for (uint64_t r = 0; r < rounds; ++r)
       EXPECT_TRUE(runner.RunRound(GossipAssignment(r, 1, {}, 0.5f, 3)).ok());
@@ -336,7 +337,7 @@ TEST(RoundRunner, CheckpointRestoresTheOuterStateExactly) {
 
   // Resume in a fresh runner: the momentum buffer y_prev must come back,
   // or round 2 would differ.
-  RoundRunner resumed({1, kJob, spec, {}}, &trainer, transport.get(),
+  RoundRunner resumed({kJob, spec, {}}, &trainer, transport.get(),
                       &RealClock::Get());
   ASSERT_TRUE(resumed.LoadCheckpoint("mem://ckpt").ok());
   EXPECT_EQ(resumed.next_round(), 2u);
@@ -344,7 +345,7 @@ TEST(RoundRunner, CheckpointRestoresTheOuterStateExactly) {
   EXPECT_EQ(0, std::memcmp(uninterrupted.data(), trainer.params().data(),
                            uninterrupted.size() * 4));
 
-  RoundRunner other_job({1, kJob + 1, spec, {}}, &trainer, transport.get(),
+  RoundRunner other_job({kJob + 1, spec, {}}, &trainer, transport.get(),
                         &RealClock::Get());
   EXPECT_EQ(other_job.LoadCheckpoint("mem://ckpt").code(),
             absl::StatusCode::kFailedPrecondition);
@@ -357,7 +358,7 @@ TEST(RoundRunner, EvaluatesOnTheLastRoundEvenWithoutAnInterval) {
   spec.mutable_stop()->set_max_rounds(3);
   FakeTrainer trainer(FakeLayout(), 1.0f);
   auto transport = network.Join(1);
-  RoundRunner runner({1, kJob, spec, {}}, &trainer, transport.get(),
+  RoundRunner runner({kJob, spec, {}}, &trainer, transport.get(),
                      &RealClock::Get());
   for (uint64_t r = 0; r < 3; ++r) {
     auto report = runner.RunRound(GossipAssignment(r, 1, {}, 0.5f, 2));
@@ -395,7 +396,7 @@ TEST(RoundRunner, InstallFetchedModelAdoptsEveryPart) {
   InProcessNetwork network;
   FakeTrainerWithOptimizer trainer;
   auto transport = network.Join(1);
-  RoundRunner runner({1, kJob, Spec(v1::ALGORITHM_GASLOC), {}}, &trainer,
+  RoundRunner runner({kJob, Spec(v1::ALGORITHM_GASLOC), {}}, &trainer,
                      transport.get(), &RealClock::Get());
   const size_t n = trainer.params().size();
   FetchedModel model;
@@ -433,7 +434,7 @@ TEST(RoundRunner, RejectsAssignmentsOfAnotherJob) {
   InProcessNetwork network;
   FakeTrainer trainer(FakeLayout(), 1.0f);
   auto transport = network.Join(1);
-  RoundRunner runner({1, kJob, Spec(v1::ALGORITHM_GASLOC), {}}, &trainer,
+  RoundRunner runner({kJob, Spec(v1::ALGORITHM_GASLOC), {}}, &trainer,
                      transport.get(), &RealClock::Get());
   v1::Assignment other = GossipAssignment(0, 1, {}, 0.5f, 1);
   other.set_job_id(kJob + 1);

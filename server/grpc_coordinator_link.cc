@@ -1,8 +1,9 @@
-#include "server/coordinator_client.h"
+#include "server/grpc_coordinator_link.h"
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "grpcpp/create_channel.h"
+#include "server/grpc_status.h"
 
 namespace gasloc {
 namespace {
@@ -15,45 +16,39 @@ void SetDeadline(grpc::ClientContext* context, absl::Duration timeout) {
 
 }  // namespace
 
-absl::Status FromGrpc(const grpc::Status& status) {
-  if (status.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                      status.error_message());
-}
-
-absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Create(
+absl::StatusOr<std::unique_ptr<GrpcCoordinatorLink>> GrpcCoordinatorLink::Create(
     const std::string& address, const CredentialsOptions& credentials) {
   ASSIGN_OR_RETURN(auto channel_credentials,
                    MakeChannelCredentials(credentials));
-  return std::unique_ptr<CoordinatorClient>(
-      new CoordinatorClient(grpc::CreateChannel(address, channel_credentials)));
+  return std::unique_ptr<GrpcCoordinatorLink>(
+      new GrpcCoordinatorLink(grpc::CreateChannel(address, channel_credentials)));
 }
 
-CoordinatorClient::CoordinatorClient(std::shared_ptr<grpc::Channel> channel)
+GrpcCoordinatorLink::GrpcCoordinatorLink(std::shared_ptr<grpc::Channel> channel)
     : channel_(std::move(channel)),
       stub_(v1::Coordinator::NewStub(channel_)) {}
 
-absl::StatusOr<v1::RegisterWorkerResponse> CoordinatorClient::Register(
+absl::StatusOr<v1::RegisterWorkerResponse> GrpcCoordinatorLink::Register(
     const v1::WorkerInfo& info) {
   grpc::ClientContext context;
   SetDeadline(&context, kCallTimeout);
   v1::RegisterWorkerRequest request;
   *request.mutable_info() = info;
   v1::RegisterWorkerResponse response;
-  RETURN_IF_ERROR(FromGrpc(stub_->RegisterWorker(&context, request, &response)));
+  RETURN_IF_ERROR(FromGrpcStatus(stub_->RegisterWorker(&context, request, &response)));
   return response;
 }
 
-absl::StatusOr<v1::HeartbeatResponse> CoordinatorClient::Heartbeat(
+absl::StatusOr<v1::HeartbeatResponse> GrpcCoordinatorLink::Heartbeat(
     const v1::HeartbeatRequest& request) {
   grpc::ClientContext context;
   SetDeadline(&context, kCallTimeout);
   v1::HeartbeatResponse response;
-  RETURN_IF_ERROR(FromGrpc(stub_->Heartbeat(&context, request, &response)));
+  RETURN_IF_ERROR(FromGrpcStatus(stub_->Heartbeat(&context, request, &response)));
   return response;
 }
 
-absl::Status CoordinatorClient::Leave(uint64_t worker_id,
+absl::Status GrpcCoordinatorLink::Leave(uint64_t worker_id,
                                       const std::string& reason) {
   grpc::ClientContext context;
   SetDeadline(&context, absl::Seconds(3));
@@ -61,10 +56,10 @@ absl::Status CoordinatorClient::Leave(uint64_t worker_id,
   request.set_worker_id(worker_id);
   request.set_reason(reason);
   v1::LeaveWorkerResponse response;
-  return FromGrpc(stub_->LeaveWorker(&context, request, &response));
+  return FromGrpcStatus(stub_->LeaveWorker(&context, request, &response));
 }
 
-absl::StatusOr<v1::Assignment> CoordinatorClient::GetAssignment(
+absl::StatusOr<v1::Assignment> GrpcCoordinatorLink::GetAssignment(
     const v1::GetAssignmentRequest& request) {
   grpc::ClientContext context;
   SetDeadline(&context, absl::Milliseconds(request.wait_ms()) + kCallTimeout);
@@ -79,19 +74,19 @@ absl::StatusOr<v1::Assignment> CoordinatorClient::GetAssignment(
     absl::MutexLock lock(&mu_);
     waits_.erase(&context);
   }
-  RETURN_IF_ERROR(FromGrpc(status));
+  RETURN_IF_ERROR(FromGrpcStatus(status));
   return response;
 }
 
-absl::Status CoordinatorClient::ReportRound(
+absl::Status GrpcCoordinatorLink::ReportRound(
     const v1::ReportRoundRequest& request) {
   grpc::ClientContext context;
   SetDeadline(&context, kCallTimeout);
   v1::ReportRoundResponse response;
-  return FromGrpc(stub_->ReportRound(&context, request, &response));
+  return FromGrpcStatus(stub_->ReportRound(&context, request, &response));
 }
 
-void CoordinatorClient::CancelWaits() {
+void GrpcCoordinatorLink::CancelWaits() {
   absl::MutexLock lock(&mu_);
   cancelled_ = true;
   for (grpc::ClientContext* context : waits_) context->TryCancel();

@@ -1,5 +1,6 @@
-#include "server/worker_daemon.h"
+#include "worker/daemon/worker_daemon.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
@@ -17,12 +18,26 @@ struct WorkerDaemon::Job {
   int64_t last_round = -1;  // last round completed (reported)
 };
 
+DataShard DataShardOf(const v1::Assignment& assignment) {
+  // Rank among the epoch's members: the ring lists them all for the
+  // all-reduce algorithms; gossip jobs stride by the job's worker count.
+  DataShard shard;
+  shard.rank = static_cast<int>(assignment.rank());
+  const int members =
+      assignment.ring_order_size() > 0
+          ? assignment.ring_order_size()
+          : static_cast<int>(std::max<uint32_t>(assignment.num_workers(), 1));
+  shard.num_workers = std::max(members, shard.rank + 1);
+  return shard;
+}
+
 WorkerDaemon::WorkerDaemon(WorkerDaemonOptions options,
-                           CoordinatorClient* coordinator,
+                           CoordinatorLink* coordinator,
                            PeerTransport* transport,
                            TrainerFactory trainer_factory,
                            ModelFetcher model_fetcher)
     : options_(std::move(options)),
+      clock_(*options_.clock),
       coordinator_(coordinator),
       transport_(transport),
       trainer_factory_(std::move(trainer_factory)),
@@ -31,6 +46,14 @@ WorkerDaemon::WorkerDaemon(WorkerDaemonOptions options,
 WorkerDaemon::~WorkerDaemon() {
   Shutdown("daemon destroyed");
   if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+}
+
+bool WorkerDaemon::WaitForShutdown(absl::Duration d) {
+  const absl::Time deadline = clock_.Now() + d;
+  absl::MutexLock lock(&stop_mu_);
+  while (!stopping_ && clock_.Now() < deadline)
+    clock_.WaitWithDeadline(&stop_cv_, &stop_mu_, deadline);
+  return stopping_;
 }
 
 absl::StatusOr<uint64_t> WorkerDaemon::Register() {
@@ -49,7 +72,7 @@ absl::StatusOr<uint64_t> WorkerDaemon::Register() {
       return Annotate(response.status(), "RegisterWorker");
     GASLOC_LOG(WARNING) << "coordinator unavailable, retrying registration: "
                         << response.status();
-    absl::SleepFor(options_.retry_backoff);
+    WaitForShutdown(options_.retry_backoff);
   }
   return absl::CancelledError("shutting down before registration");
 }
@@ -62,7 +85,18 @@ void WorkerDaemon::Shutdown(const std::string& reason) {
     if (runner_for_cancel_ != nullptr) runner_for_cancel_->Cancel();
   }
   coordinator_->CancelWaits();
-  stopped_.Notify();
+  absl::MutexLock lock(&stop_mu_);
+  stop_cv_.SignalAll();
+}
+
+absl::Status WorkerDaemon::last_error() const {
+  absl::MutexLock lock(&mu_);
+  return last_error_;
+}
+
+uint64_t WorkerDaemon::job_id() const {
+  absl::MutexLock lock(&mu_);
+  return progress_.job_id();
 }
 
 void WorkerDaemon::SetProgress(const RoundProgress& progress) {
@@ -87,39 +121,37 @@ void WorkerDaemon::SetProgress(const RoundProgress& progress) {
   progress_.set_activity(progress.activity);
 }
 
-void WorkerDaemon::HeartbeatLoop() {
-  absl::Duration period = absl::Seconds(1);
-  while (!stopped_.WaitForNotificationWithTimeout(period)) {
-    v1::HeartbeatRequest request;
-    request.set_worker_id(worker_id_.load());
-    {
-      absl::MutexLock lock(&mu_);
-      *request.mutable_progress() = progress_;
+absl::Duration WorkerDaemon::HeartbeatOnce() {
+  constexpr absl::Duration kRetry = absl::Seconds(1);
+  v1::HeartbeatRequest request;
+  request.set_worker_id(worker_id_.load());
+  {
+    absl::MutexLock lock(&mu_);
+    *request.mutable_progress() = progress_;
+  }
+  auto response = coordinator_->Heartbeat(request);
+  if (!response.ok()) {
+    if (response.status().code() == absl::StatusCode::kNotFound) {
+      GASLOC_LOG(WARNING) << "coordinator no longer knows worker "
+                          << worker_id_.load() << " ("
+                          << response.status().message()
+                          << "); re-registering";
+      auto id = Register();
+      if (!id.ok()) GASLOC_LOG(ERROR) << "re-registration: " << id.status();
+    } else {
+      GASLOC_LOG(WARNING) << "heartbeat failed: " << response.status();
     }
-    auto response = coordinator_->Heartbeat(request);
-    if (!response.ok()) {
-      if (response.status().code() == absl::StatusCode::kNotFound) {
-        GASLOC_LOG(WARNING) << "coordinator no longer knows worker "
-                            << worker_id_.load() << " ("
-                            << response.status().message()
-                            << "); re-registering";
-        auto id = Register();
-        if (!id.ok()) GASLOC_LOG(ERROR) << "re-registration: " << id.status();
-      } else {
-        GASLOC_LOG(WARNING) << "heartbeat failed: " << response.status();
-      }
-      continue;
-    }
-    period = absl::Milliseconds(std::max<uint32_t>(200, response->lease_ms() / 3));
-    if (response->abandon_job()) {
-      absl::MutexLock lock(&mu_);
-      if (runner_for_cancel_ != nullptr) {
-        GASLOC_LOG(INFO) << "coordinator asked to abandon the current job";
-        abandon_requested_ = true;
-        runner_for_cancel_->Cancel();
-      }
+    return kRetry;
+  }
+  if (response->abandon_job()) {
+    absl::MutexLock lock(&mu_);
+    if (runner_for_cancel_ != nullptr) {
+      GASLOC_LOG(INFO) << "coordinator asked to abandon the current job";
+      abandon_requested_ = true;
+      runner_for_cancel_->Cancel();
     }
   }
+  return absl::Milliseconds(std::max<uint32_t>(200, response->lease_ms() / 3));
 }
 
 std::string WorkerDaemon::CheckpointPath(const Job& job) const {
@@ -133,31 +165,21 @@ absl::StatusOr<WorkerDaemon::Job*> WorkerDaemon::PrepareJob(
     const v1::Assignment& assignment) {
   if (job_ != nullptr && job_->job_id == assignment.job_id()) return job_.get();
   if (job_ != nullptr) DropJob("a new job was assigned");
-  RETURN_IF_ERROR(Annotate(ValidateJobSpec(assignment.spec()),
-                           absl::StrCat("job ", assignment.job_id())));
+  RETURN_IF_ERROR(ValidateJobSpec(assignment.spec()));
   auto job = std::make_unique<Job>();
   job->job_id = assignment.job_id();
   job->spec = ApplyJobSpecDefaults(assignment.spec());
   const int threads = job->spec.training().threads() > 0
                           ? static_cast<int>(job->spec.training().threads())
                           : options_.threads;
-  // Data rank among the epoch's members (the ring lists them all for the
-  // all-reduce algorithms; gossip jobs stride by the job's worker count).
-  const int members = assignment.ring_order_size() > 0
-                          ? assignment.ring_order_size()
-                          : static_cast<int>(std::max<uint32_t>(
-                                assignment.num_workers(), 1));
-  ASSIGN_OR_RETURN(job->trainer,
-                   trainer_factory_(job->spec, static_cast<int>(assignment.rank()),
-                                    members, threads));
+  const DataShard shard = DataShardOf(assignment);
+  ASSIGN_OR_RETURN(job->trainer, trainer_factory_(job->spec, shard, threads));
   RoundRunnerOptions runner_options;
-  runner_options.worker_id = worker_id_.load();
   runner_options.job_id = job->job_id;
   runner_options.spec = job->spec;
   runner_options.on_progress = [this](const RoundProgress& p) { SetProgress(p); };
-  job->runner = std::make_unique<RoundRunner>(std::move(runner_options),
-                                              job->trainer.get(), transport_,
-                                              &RealClock::Get());
+  job->runner = std::make_unique<RoundRunner>(
+      std::move(runner_options), job->trainer.get(), transport_, &clock_);
   {
     absl::MutexLock lock(&mu_);
     progress_.Clear();
@@ -181,8 +203,8 @@ absl::StatusOr<WorkerDaemon::Job*> WorkerDaemon::PrepareJob(
   } else if (assignment.has_model_source() &&
              assignment.model_source().worker_id() != 0 && model_fetcher_) {
     const std::string what =
-        absl::StrCat("fetching the model of job ", job->job_id,
-                     " from worker ", assignment.model_source().worker_id());
+        absl::StrCat("fetching the model from worker ",
+                     assignment.model_source().worker_id());
     auto model = model_fetcher_(assignment.model_source(), job->job_id,
                                 worker_id_.load());
     if (!model.ok()) return Annotate(model.status(), what);
@@ -198,14 +220,14 @@ absl::StatusOr<WorkerDaemon::Job*> WorkerDaemon::PrepareJob(
   }
   GASLOC_LOG(INFO) << "job " << job->job_id << " (" << job->spec.name()
                    << "): " << v1::Algorithm_Name(job->spec.outer().algorithm())
-                   << ", rank " << assignment.rank() << ", " << threads
-                   << " thread(s)";
+                   << ", data rank " << shard.rank << " of "
+                   << shard.num_workers << ", " << threads << " thread(s)";
   job_ = std::move(job);
   return job_.get();
 }
 
 void WorkerDaemon::WriteCheckpoint(Job& job, const std::string& path) {
-  const absl::Time start = absl::Now();
+  const absl::Time start = clock_.Now();
   std::error_code ignored;  // SaveCheckpoint reports a missing directory
   std::filesystem::create_directories(job.spec.checkpoint().directory(),
                                       ignored);
@@ -215,7 +237,7 @@ void WorkerDaemon::WriteCheckpoint(Job& job, const std::string& path) {
                         << saved;
     return;
   }
-  const absl::Duration took = absl::Now() - start;
+  const absl::Duration took = clock_.Now() - start;
   GASLOC_LOG(INFO) << "job " << job.job_id << ": checkpoint " << path
                    << " written in " << took;
   if (options_.metrics != nullptr)
@@ -238,7 +260,12 @@ void WorkerDaemon::DropJob(const std::string& why) {
 
 absl::Status WorkerDaemon::RunAssignment(const v1::Assignment& assignment) {
   absl::MutexLock job_lock(&job_mu_);
-  ASSIGN_OR_RETURN(Job * job, PrepareJob(assignment));
+  auto prepared = PrepareJob(assignment);
+  if (!prepared.ok()) {
+    // Nothing of the job was kept: the next assignment tries again.
+    return Annotate(prepared.status(), "cannot set up the job");
+  }
+  Job* job = *prepared;
   {
     absl::MutexLock lock(&mu_);
     runner_for_cancel_ = job->runner.get();
@@ -252,7 +279,7 @@ absl::Status WorkerDaemon::RunAssignment(const v1::Assignment& assignment) {
                    << assignment.ring_order_size() << " in ring";
   if (options_.metrics != nullptr)
     options_.metrics->RecordRoundStart(assignment.local_steps());
-  const absl::Time round_start = absl::Now();
+  const absl::Time round_start = clock_.Now();
   auto report = job->runner->RunRound(assignment);
   if (!report.ok()) {
     bool abandoned;
@@ -264,22 +291,19 @@ absl::Status WorkerDaemon::RunAssignment(const v1::Assignment& assignment) {
       DropJob("stopped by the coordinator");
       return absl::OkStatus();
     }
-    if (options_.metrics != nullptr)
-      options_.metrics->RecordRoundError(report.status().code());
     return report.status();
   }
   job->last_round = static_cast<int64_t>(assignment.round());
   if (options_.metrics != nullptr)
     options_.metrics->RecordRound(
-        *report, absl::ToDoubleSeconds(absl::Now() - round_start),
+        *report, absl::ToDoubleSeconds(clock_.Now() - round_start),
         job->runner->failure_codes());
-  const uint32_t interval = job->spec.checkpoint().interval_rounds();
-  const std::string path = CheckpointPath(*job);
-  if (!path.empty() && interval > 0 && (assignment.round() + 1) % interval == 0) {
-    SetProgress({assignment.round(), assignment.local_steps(),
-                 report->train_loss(), 0, 0,
-                 v1::WORKER_ACTIVITY_CHECKPOINTING});
-    WriteCheckpoint(*job, path);
+  if (RoundDutiesAfter(job->spec, assignment.round()).checkpoint) {
+    SetProgress({.round = assignment.round(),
+                 .inner_step = assignment.local_steps(),
+                 .train_loss = report->train_loss(),
+                 .activity = v1::WORKER_ACTIVITY_CHECKPOINTING});
+    WriteCheckpoint(*job, CheckpointPath(*job));
   }
   {
     absl::MutexLock lock(&mu_);
@@ -303,53 +327,64 @@ absl::Status WorkerDaemon::RunAssignment(const v1::Assignment& assignment) {
   return absl::OkStatus();
 }
 
+void WorkerDaemon::PollOnce() {
+  v1::GetAssignmentRequest request;
+  request.set_worker_id(worker_id_.load());
+  request.set_job_id(poll_job_id_);
+  request.set_after_round(poll_after_round_);
+  request.set_wait_ms(static_cast<uint32_t>(
+      absl::ToInt64Milliseconds(options_.assignment_wait)));
+  auto assignment = coordinator_->GetAssignment(request);
+  if (stopping_) return;
+  if (!assignment.ok()) {
+    GASLOC_LOG(WARNING) << "GetAssignment: " << assignment.status();
+    WaitForShutdown(options_.retry_backoff);
+    return;
+  }
+  switch (assignment->kind()) {
+    case v1::ASSIGNMENT_KIND_ROUND: {
+      absl::Status ran = RunAssignment(*assignment);
+      if (stopping_) return;
+      if (!ran.ok()) {
+        const absl::Status error = Annotate(
+            ran, absl::StrCat("job ", assignment->job_id(), " round ",
+                              assignment->round()));
+        GASLOC_LOG(ERROR) << error;
+        if (options_.metrics != nullptr)
+          options_.metrics->RecordRoundError(ran.code());
+        {
+          absl::MutexLock lock(&mu_);
+          last_error_ = error;
+        }
+        WaitForShutdown(options_.retry_backoff);
+      }
+      poll_job_id_ = assignment->job_id();
+      poll_after_round_ = static_cast<int64_t>(assignment->round());
+      break;
+    }
+    case v1::ASSIGNMENT_KIND_STOP: {
+      absl::MutexLock job_lock(&job_mu_);
+      DropJob(absl::StrCat("job ", assignment->job_id(), " ended: ",
+                           assignment->message()));
+      poll_job_id_ = 0;
+      poll_after_round_ = -1;
+      break;
+    }
+    default:
+      break;  // NONE: nothing new within wait_ms; ask again.
+  }
+}
+
 absl::Status WorkerDaemon::Run() {
   if (worker_id_.load() == 0) {
     ASSIGN_OR_RETURN(uint64_t id, Register());
     (void)id;
   }
-  heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
-  uint64_t job_id = 0;
-  int64_t after_round = -1;
-  while (!stopping_) {
-    v1::GetAssignmentRequest request;
-    request.set_worker_id(worker_id_.load());
-    request.set_job_id(job_id);
-    request.set_after_round(after_round);
-    request.set_wait_ms(static_cast<uint32_t>(
-        absl::ToInt64Milliseconds(options_.assignment_wait)));
-    auto assignment = coordinator_->GetAssignment(request);
-    if (stopping_) break;
-    if (!assignment.ok()) {
-      GASLOC_LOG(WARNING) << "GetAssignment: " << assignment.status();
-      absl::SleepFor(options_.retry_backoff);
-      continue;
-    }
-    switch (assignment->kind()) {
-      case v1::ASSIGNMENT_KIND_ROUND: {
-        absl::Status ran = RunAssignment(*assignment);
-        if (stopping_) break;
-        if (!ran.ok()) {
-          GASLOC_LOG(ERROR) << "job " << assignment->job_id() << " round "
-                            << assignment->round() << " failed: " << ran;
-          absl::SleepFor(options_.retry_backoff);
-        }
-        job_id = assignment->job_id();
-        after_round = static_cast<int64_t>(assignment->round());
-        break;
-      }
-      case v1::ASSIGNMENT_KIND_STOP: {
-        absl::MutexLock job_lock(&job_mu_);
-        DropJob(absl::StrCat("job ", assignment->job_id(), " ended: ",
-                             assignment->message()));
-        job_id = 0;
-        after_round = -1;
-        break;
-      }
-      default:
-        break;  // NONE: nothing new within wait_ms; ask again.
-    }
-  }
+  heartbeat_thread_ = std::thread([this] {
+    absl::Duration period = absl::Seconds(1);
+    while (!WaitForShutdown(period)) period = HeartbeatOnce();
+  });
+  while (!stopping_) PollOnce();
   {
     absl::MutexLock job_lock(&job_mu_);
     DropJob("worker shutting down");

@@ -1,0 +1,174 @@
+// The gasloc-worker daemon's control loop: register with the coordinator,
+// heartbeat with progress, long-poll for assignments, run each job round by
+// round through a RoundRunner, report every round, checkpoint when the
+// round runner says a round is due for it, and go back to idle when the
+// job ends. Shutdown() (SIGTERM) abandons the current round at the next
+// inner-step boundary, leaves the coordinator and makes Run() return.
+//
+// No gRPC: the coordinator is a CoordinatorLink (server/ has the gRPC one,
+// tests a fake), the peers a PeerTransport, the trainer an InnerTrainer
+// from the TrainerFactory. Every wait (the heartbeat period, the back-off
+// after a failed call) is on options.clock, so tests drive the daemon with
+// a FakeClock; HeartbeatOnce() and PollOnce() are the two loops' bodies,
+// which tests may also call one at a time.
+//
+// Failures never end the daemon: a coordinator that is down is retried, a
+// coordinator that forgot this worker (NOT_FOUND: it restarted) is
+// registered with again, and a job that cannot be set up (its corpus is
+// missing, its spec is invalid) or a round that fails is logged as an
+// error naming the job, counted in the metrics, kept in last_error(), and
+// the daemon asks for the next round.
+//
+// Thread safety: Run() on one thread; Shutdown(), SnapshotModel() (the
+// model-serving callback) and the accessors from any thread. The heartbeat
+// thread reads the progress under mu_. HeartbeatOnce() and PollOnce() are
+// for tests that do not call Run().
+#ifndef GASLOC_WORKER_DAEMON_WORKER_DAEMON_H_
+#define GASLOC_WORKER_DAEMON_WORKER_DAEMON_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "gasloc/v1/coordinator.pb.h"
+#include "worker/daemon/coordinator_link.h"
+#include "worker/exchange/model_fetch.h"
+#include "worker/exchange/peer_transport.h"
+#include "worker/round/inner_trainer.h"
+#include "worker/round/round_runner.h"
+#include "worker/round/worker_metrics.h"
+
+namespace gasloc {
+
+struct WorkerDaemonOptions {
+  v1::WorkerInfo info;          // address = what peers dial
+  int threads = 0;              // compute threads (0 = all cores)
+  std::string data_dir = ".";   // fallback checkpoint directory
+  absl::Duration assignment_wait = absl::Seconds(10);
+  absl::Duration retry_backoff = absl::Milliseconds(500);
+  WorkerMetrics* metrics = nullptr;  // not owned; null = no metrics
+  // The clock of every wait and duration (not owned). The transport's
+  // mailbox must use the same one.
+  const Clock* clock = &RealClock::Get();
+};
+
+// A worker's share of the job's training data: data rank `rank` of
+// `num_workers` disjoint draws (worker/train/data.h).
+struct DataShard {
+  int rank = 0;
+  int num_workers = 1;
+};
+
+// The one place a worker's data rank is decided: the coordinator's rank
+// among the epoch's members, of as many shards as the ring lists (the
+// all-reduce algorithms) or as the job has workers (gossip); never fewer
+// shards than rank + 1.
+DataShard DataShardOf(const v1::Assignment& assignment);
+
+// Creates the trainer of a job (the real one wraps worker/train's Trainer)
+// for data shard `shard`. An error (a missing corpus, say) is reported as
+// the job's set-up failure.
+using TrainerFactory = std::function<absl::StatusOr<std::unique_ptr<InnerTrainer>>(
+    const v1::JobSpec& spec, DataShard shard, int threads)>;
+
+// Pulls a running job's model (parameters, outer state, inner optimizer
+// state and the member's next round) from a member (Peer.FetchModel).
+using ModelFetcher = std::function<absl::StatusOr<FetchedModel>(
+    const v1::PeerAssignment& source, uint64_t job_id, uint64_t self_id)>;
+
+class WorkerDaemon {
+ public:
+  WorkerDaemon(WorkerDaemonOptions options, CoordinatorLink* coordinator,
+               PeerTransport* transport, TrainerFactory trainer_factory,
+               ModelFetcher model_fetcher);
+  ~WorkerDaemon();
+
+  // Registers (retrying while the coordinator is unavailable) and returns
+  // the worker id. Called by Run(); exposed so main() can build the
+  // transport's identity first.
+  absl::StatusOr<uint64_t> Register();
+  // The control loop; returns when Shutdown() was called.
+  absl::Status Run();
+  void Shutdown(const std::string& reason);
+
+  // One heartbeat (re-registering if the coordinator forgot this worker,
+  // relaying abandon_job); returns when the next one is due.
+  absl::Duration HeartbeatOnce();
+  // One GetAssignment and what it asks for: run a round and report it,
+  // drop the job (STOP), or nothing (NONE); backs off after an error.
+  void PollOnce();
+
+  // A copy of the current model of `job_id` (params and y_{t-1}) taken
+  // between rounds, for a joining worker's FetchModel; FAILED_PRECONDITION
+  // if this worker holds no model of that job.
+  absl::StatusOr<ModelSnapshot> SnapshotModel(uint64_t job_id);
+
+  // This worker's id: set by every (re-)registration, read by everyone
+  // else (the mailbox learns it through the identity listener).
+  uint64_t worker_id() const { return worker_id_.load(); }
+  // Called with the worker id after every (re-)registration, before the id
+  // is used (the mailbox needs it to check chunks).
+  void SetIdentityListener(std::function<void(uint64_t)> listener) {
+    identity_listener_ = std::move(listener);
+  }
+  // The last job set-up or round error (OK if none yet).
+  absl::Status last_error() const;
+  // The job this worker holds (0 = idle).
+  uint64_t job_id() const;
+
+ private:
+  struct Job;
+  absl::Status RunAssignment(const v1::Assignment& assignment);
+  absl::StatusOr<Job*> PrepareJob(const v1::Assignment& assignment)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(job_mu_);
+  void DropJob(const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(job_mu_);
+  std::string CheckpointPath(const Job& job) const;
+  // Saves the job's checkpoint to `path` (logs a failure; records the
+  // duration in the metrics).
+  void WriteCheckpoint(Job& job, const std::string& path);
+  void SetProgress(const RoundProgress& progress);
+  // Waits `d` on the clock; true (at once) if Shutdown() was called.
+  bool WaitForShutdown(absl::Duration d);
+
+  const WorkerDaemonOptions options_;
+  const Clock& clock_;
+  CoordinatorLink* const coordinator_;
+  PeerTransport* const transport_;
+  const TrainerFactory trainer_factory_;
+  const ModelFetcher model_fetcher_;
+
+  std::function<void(uint64_t)> identity_listener_;
+  std::atomic<uint64_t> worker_id_{0};
+  std::atomic<bool> stopping_{false};
+  absl::Mutex stop_mu_;
+  absl::CondVar stop_cv_;
+  std::thread heartbeat_thread_;
+
+  // What PollOnce asks the coordinator for next.
+  uint64_t poll_job_id_ = 0;
+  int64_t poll_after_round_ = -1;
+
+  // The job being run; replaced only by Run()'s thread while holding
+  // job_mu_, which a round also holds while it runs (so ServeModel sees a
+  // consistent model between rounds).
+  mutable absl::Mutex job_mu_;
+  std::unique_ptr<Job> job_ ABSL_GUARDED_BY(job_mu_);
+
+  mutable absl::Mutex mu_;
+  RoundRunner* runner_for_cancel_ ABSL_GUARDED_BY(mu_) = nullptr;
+  v1::WorkerProgress progress_ ABSL_GUARDED_BY(mu_);
+  bool abandon_requested_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status last_error_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace gasloc
+
+#endif  // GASLOC_WORKER_DAEMON_WORKER_DAEMON_H_
