@@ -12,7 +12,8 @@
 // the receive limit set deliberately (max_message_bytes, above a chunk of
 // at most 3 MiB plus its header).
 //
-// The header keeps gRPC out (the worker daemon and benchmarks include it).
+// The header keeps gRPC out (gasloc-worker's main and the benchmarks
+// include it).
 //
 // Thread safety: Exchange and FetchModel may be called concurrently from
 // any threads.
