@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
 namespace gasloc::coordinator {
@@ -82,6 +84,62 @@ BudgetPlan PlanBudgets(const std::vector<WorkerRates>& workers,
         b.raw_steps, static_cast<double>(floor), static_cast<double>(nominal)));
   }
   return plan;
+}
+
+std::string EncodeBudgets(const std::vector<Budget>& budgets) {
+  std::string out(budgets.size() * kBudgetRecordBytes, '\0');
+  char* p = out.data();
+  auto put = [&p](const auto& v) {
+    std::memcpy(p, &v, sizeof(v));
+    p += sizeof(v);
+  };
+  for (const Budget& b : budgets) {
+    put(b.local_steps);
+    put(static_cast<uint8_t>(b.basis));
+    put(static_cast<uint8_t>(b.link_known));
+    put(uint16_t{0});
+    put(b.nominal_steps);
+    put(b.min_steps);
+    put(b.steps_per_second);
+    put(b.fastest_steps_per_second);
+    put(b.exchange_seconds);
+    put(b.target_seconds);
+    put(b.raw_steps);
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<Budget>> DecodeBudgets(absl::string_view blob) {
+  if (blob.size() % kBudgetRecordBytes != 0)
+    return absl::DataLossError(absl::StrCat(
+        "rounds.budgets has ", blob.size(), " bytes, not a multiple of ",
+        kBudgetRecordBytes));
+  std::vector<Budget> budgets(blob.size() / kBudgetRecordBytes);
+  const char* p = blob.data();
+  auto get = [&p](auto& v) {
+    std::memcpy(&v, p, sizeof(v));
+    p += sizeof(v);
+  };
+  for (Budget& b : budgets) {
+    uint8_t basis, link;
+    uint16_t pad;
+    get(b.local_steps);
+    get(basis);
+    get(link);
+    get(pad);
+    get(b.nominal_steps);
+    get(b.min_steps);
+    get(b.steps_per_second);
+    get(b.fastest_steps_per_second);
+    get(b.exchange_seconds);
+    get(b.target_seconds);
+    get(b.raw_steps);
+    if (basis > static_cast<uint8_t>(Budget::Basis::kAdaptive))
+      return absl::DataLossError("rounds.budgets holds an unknown basis");
+    b.basis = static_cast<Budget::Basis>(basis);
+    b.link_known = link != 0;
+  }
+  return budgets;
 }
 
 }  // namespace gasloc::coordinator

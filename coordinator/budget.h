@@ -13,14 +13,17 @@
 // yet"); the UNIFORM policy (DiLoCo and the other baselines) gives everyone
 // the nominal H.
 //
-// Pure function of its inputs; thread-safe.
+// Pure functions of their inputs; thread-safe.
 #ifndef GASLOC_COORDINATOR_BUDGET_H_
 #define GASLOC_COORDINATOR_BUDGET_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "gasloc/v1/job.pb.h"
 
 namespace gasloc::coordinator {
@@ -76,6 +79,13 @@ BudgetPlan PlanBudgets(const std::vector<WorkerRates>& workers,
 
 // Exponential moving average: the first sample (old <= 0) is taken as is.
 double UpdateEma(double old_value, double sample, double weight);
+
+// The binary form of a round's budgets as the store keeps them
+// (little-endian records of kBudgetRecordBytes, docs/coordinator.md), and
+// back (DATA_LOSS on a malformed blob).
+inline constexpr size_t kBudgetRecordBytes = 56;
+std::string EncodeBudgets(const std::vector<Budget>& budgets);
+absl::StatusOr<std::vector<Budget>> DecodeBudgets(absl::string_view blob);
 
 }  // namespace gasloc::coordinator
 

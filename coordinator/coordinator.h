@@ -5,10 +5,20 @@
 // translates RPCs into these calls, so everything here is tested with a
 // FakeClock and an in-memory SQLite database (docs/coordinator.md).
 //
-// Decisions are made by pure functions (schedule.h PlanSchedule, budget.h
-// PlanBudgets, StopReason and EstimateEtaSeconds below) from the time read
-// once per call from the injected Clock; this class only applies them,
-// persists the result (store.h) and wakes waiters.
+// Decisions are made by pure functions (round_planner.h, schedule.h
+// PlanSchedule and RoundWeights, budget.h PlanBudgets) from the time read
+// once per call from the injected Clock; this class gathers their inputs,
+// applies the result, persists it and wakes waiters. Its code is split by
+// concern: coordinator.cc (lifecycle, transactions, jobs, watching),
+// coordinator_workers.cc (membership calls, leases, binding workers to
+// jobs), coordinator_rounds.cc (planning, assignments, reports); the worker
+// registry itself is membership.h.
+//
+// Memory and disk agree: every mutating call runs in one Transaction
+// (transaction.h). If it fails to commit, the database is rolled back and
+// the in-memory state is rebuilt from it (the same Load as a restart,
+// keeping leases, heartbeats, progress and the events of committed calls),
+// so a failed call leaves no trace and its retry is applied.
 //
 // Thread safety: every public method is thread-safe (one mutex guards all
 // state; SQLite writes happen under it, one transaction per call).
@@ -18,17 +28,16 @@
 #define GASLOC_COORDINATOR_COORDINATOR_H_
 
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
 #include <optional>
-#include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -36,8 +45,12 @@
 #include "common/clock.h"
 #include "coordinator/budget.h"
 #include "coordinator/coordinator_metrics.h"
+#include "coordinator/job_events.h"
+#include "coordinator/membership.h"
+#include "coordinator/round_planner.h"
 #include "coordinator/schedule.h"
 #include "coordinator/store.h"
+#include "coordinator/transaction.h"
 #include "gasloc/v1/coordinator.pb.h"
 
 namespace gasloc::coordinator {
@@ -64,10 +77,7 @@ struct CoordinatorOptions {
 // What the scrape-time gauges show (CoordinatorGauges in
 // coordinator_metrics.h), read in one short critical section.
 struct CoordinatorGaugeState {
-  struct Worker {
-    uint64_t worker_id = 0;
-    double heartbeat_age_seconds = 0;
-  };
+  using Worker = Membership::Age;
   struct Job {
     uint64_t job_id = 0;
     uint64_t epoch = 0;
@@ -76,30 +86,6 @@ struct CoordinatorGaugeState {
   std::vector<Worker> live_workers;               // by id
   std::map<v1::JobState, uint32_t> jobs_by_state;  // every state, 0 included
   std::vector<Job> active_jobs;                    // PENDING and RUNNING
-};
-
-// Why a job must stop before planning `next_round`, or nullopt to go on:
-// max_rounds, max_tokens, or max_wall_seconds since `started`.
-std::optional<std::string> StopReason(const v1::JobSpec& spec,
-                                      uint64_t next_round, uint64_t tokens,
-                                      absl::Time started, absl::Time now);
-
-// Seconds until the first stop condition is reached at the rate observed
-// since `started`; < 0 = unknown.
-double EstimateEtaSeconds(const v1::JobStatus& status, absl::Time now);
-
-// Bytes one worker moves per exchange: the model's wire size times the
-// number of model copies the topology sends (1 peer: 1; 2 peers / ring: 2;
-// ring all-reduce over n: 2(n-1)/n).
-double ExchangeBytes(const v1::JobSpec& spec, uint32_t members);
-
-// A batch of events for a watcher.
-struct JobEvents {
-  std::vector<v1::JobEvent> events;
-  // Pass as after_seq next time.
-  uint64_t next_seq = 0;
-  // The job is in a final state.
-  bool ended = false;
 };
 
 class Coordinator {
@@ -153,12 +139,7 @@ class Coordinator {
   CoordinatorGaugeState GaugeState() const;
 
  private:
-  struct WorkerRec {
-    StoredWorker stored;
-    absl::Time lease_expiry;
-    absl::Time last_heartbeat;
-    v1::WorkerProgress progress;
-  };
+  using WorkerRec = Membership::Worker;
   struct EpochRec {
     uint64_t epoch = 0;
     uint64_t first_round = 0;
@@ -178,7 +159,7 @@ class Coordinator {
     std::map<uint64_t, RoundRec> rounds;  // the last rounds_kept planned
     uint64_t next_round = 0;              // rounds planned so far
     std::optional<absl::Time> orphaned_since;
-    std::deque<std::pair<uint64_t, v1::JobEvent>> events;
+    JobEventLog events;
     // Aggregates over `members`, kept incrementally (Contribute) so a
     // report costs O(log n), not O(n): how many members have each
     // progress value max(last reported + 1, first round), and the sums
@@ -190,30 +171,64 @@ class Coordinator {
 
   Coordinator(CoordinatorOptions options, std::unique_ptr<Store> store,
               const Clock* clock);
-  absl::Status Load(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Loads the database into the (empty) memory state. `restart`: a new
+  // coordinator (fresh leases, "restored" metrics, logs); otherwise a
+  // rollback rebuilding the state of the last commit.
+  absl::Status Load(absl::Time now, bool restart)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  // Transactions: Begin at the start of a mutating call, End at its end
-  // (commits; returns the first write error of the call).
-  void BeginTxn() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status EndTxn() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Note(const absl::Status& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // ------------------------------------------ transactions (coordinator.cc)
+  // Runs `body(now)`, which makes one call's changes (and returns a Status
+  // or StatusOr), in one transaction and commits it. A failed commit rolls
+  // back the database and the memory (RollBackMemory) and is returned
+  // (UNAVAILABLE) instead of the body's result. Wakes waiters either way.
+  template <typename Body>
+  auto Call(Body&& body) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const absl::Time now = clock_->Now();
+    Transaction txn(store_.get());
+    Open(txn);
+    auto result = body(now);
+    absl::Status committed = Close(txn, now);
+    if (!committed.ok()) return decltype(result)(std::move(committed));
+    return result;
+  }
+  void Open(Transaction& txn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status Close(Transaction& txn, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RollBackMemory(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Tick in its own transaction, for the calls that only read: a failed
+  // write is rolled back (memory too) and the read goes on.
+  void TickForRead(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SaveWorker(const WorkerRec& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SaveJob(const JobRec& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SaveMember(const StoredMember& m) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Write(absl::FunctionRef<absl::Status(Store&)> write)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Records a metric once the call's transaction commits.
+  void Metric(std::function<void(CoordinatorMetrics&)> record)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // ---------------------------------- membership (coordinator_workers.cc)
   void TickLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ExpireLeases(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AssignIdleWorkers(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CheckOrphans(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-
-  // Finds a live worker or NOT_FOUND naming it and why.
-  absl::StatusOr<WorkerRec*> LiveWorker(uint64_t worker_id)
+  absl::StatusOr<v1::HeartbeatResponse> HeartbeatLocked(
+      const v1::HeartbeatRequest& request, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<JobRec*> FindJob(uint64_t job_id)
+  absl::Status LeaveLocked(const v1::LeaveWorkerRequest& request,
+                           absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<v1::RegisterWorkerResponse> RegisterLocked(
+      const v1::WorkerInfo& info, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Renew(WorkerRec& w, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void BindWorker(JobRec& job, WorkerRec& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReleaseWorker(WorkerRec& w, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // ------------------------------------------------- jobs (coordinator.cc)
+  absl::StatusOr<JobRec*> FindJob(uint64_t job_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  v1::JobStatus AddJob(const v1::JobSpec& spec, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends the job (FINISHED / FAILED / STOPPED) and releases its workers.
   void EndJob(JobRec& job, v1::JobState state, const std::string& message,
@@ -231,21 +246,26 @@ class Coordinator {
   v1::JobStatus StatusOf(const JobRec& job, absl::Time now) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // ---------------------------------------- rounds (coordinator_rounds.cc)
   // Plans round job.next_round (or decides that the job stops there).
   void PlanNextRound(JobRec& job, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Forgets the rounds (and epochs) older than the rounds_kept last ones.
+  void ForgetOldRounds(JobRec& job) const;
   // The worker's assignment if one is due now; nullopt = wait.
   absl::StatusOr<std::optional<v1::Assignment>> TryAssign(
       const v1::GetAssignmentRequest& request, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   v1::Assignment BuildAssignment(const JobRec& job, const RoundRec& round,
-                                 uint64_t worker_id) const
+                                 uint64_t worker_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  v1::Assignment StopAssignment(const JobRec& job, const std::string& message)
-      const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  v1::Assignment StopAssignment(const JobRec& job,
+                                const std::string& message) const;
+  absl::Status ApplyReport(const v1::ReportRoundRequest& request,
+                           absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static const EpochRec* EpochOf(const JobRec& job, uint64_t epoch);
-  RoundRec MakeRoundRec(const JobRec& job, uint64_t round, uint64_t epoch,
-                        int64_t deadline_unix_ms) const;
+  static RoundRec MakeRoundRec(const JobRec& job, uint64_t round,
+                               uint64_t epoch, int64_t deadline_unix_ms);
 
   const CoordinatorOptions options_;
   const Clock* const clock_;
@@ -253,12 +273,12 @@ class Coordinator {
   mutable absl::Mutex mu_;
   absl::CondVar changed_;  // signalled on every state change
   std::unique_ptr<Store> store_ ABSL_GUARDED_BY(mu_);
-  absl::Status txn_error_ ABSL_GUARDED_BY(mu_);
-  std::map<uint64_t, WorkerRec> workers_ ABSL_GUARDED_BY(mu_);
-  std::set<uint64_t> idle_ ABSL_GUARDED_BY(mu_);  // alive, no job
-  std::set<std::pair<absl::Time, uint64_t>> leases_ ABSL_GUARDED_BY(mu_);
+  // The transaction of the call in progress (null between calls) and the
+  // event sequence number when it opened (what a rollback returns to).
+  Transaction* txn_ ABSL_GUARDED_BY(mu_) = nullptr;
+  uint64_t event_seq_at_open_ ABSL_GUARDED_BY(mu_) = 0;
+  Membership membership_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, JobRec> jobs_ ABSL_GUARDED_BY(mu_);
-  uint64_t next_worker_id_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t next_job_id_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t event_seq_ ABSL_GUARDED_BY(mu_) = 0;
 };

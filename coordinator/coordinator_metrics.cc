@@ -15,9 +15,10 @@ constexpr const char* kBudgetReasons[] = {"no_measurement", "uniform",
                                           "adaptive", "min_clamp",
                                           "nominal_clamp"};
 
-prometheus::Family<prometheus::Counter>& Counter(prometheus::Registry& registry,
-                                                 const char* name,
-                                                 const char* help) {
+// A counter family registered with `registry` (name and help first, so a
+// family reads like its docs/metrics.md row).
+prometheus::Family<prometheus::Counter>& CounterFamily(
+    const char* name, const char* help, prometheus::Registry& registry) {
   return prometheus::BuildCounter().Name(name).Help(help).Register(registry);
 }
 
@@ -54,21 +55,22 @@ const char* BudgetChangeReason(const Budget& budget) {
 }
 
 CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& registry)
-    : joins_(Counter(registry, "gasloc_coordinator_worker_joins_total",
-                     "Workers that joined the cluster, by reason")),
-      leaves_(Counter(registry, "gasloc_coordinator_worker_leaves_total",
-                      "Workers that left the cluster, by reason")),
-      rounds_planned_(Counter(registry,
-                              "gasloc_coordinator_rounds_planned_total",
-                              "Outer rounds planned")),
-      budget_changes_(Counter(registry,
-                              "gasloc_coordinator_budget_changes_total",
-                              "Changes of a worker's local-step budget H_i, "
-                              "by reason")),
-      rpcs_(Counter(registry, "gasloc_coordinator_rpcs_total",
-                    "Coordinator RPCs handled, by method")),
-      rpc_errors_(Counter(registry, "gasloc_coordinator_rpc_errors_total",
-                          "Coordinator RPCs that failed, by method and code")),
+    : joins_(CounterFamily("gasloc_coordinator_worker_joins_total",
+                           "Workers that joined the cluster, by reason",
+                           registry)),
+      leaves_(CounterFamily("gasloc_coordinator_worker_leaves_total",
+                            "Workers that left the cluster, by reason",
+                            registry)),
+      rounds_planned_(CounterFamily("gasloc_coordinator_rounds_planned_total",
+                                    "Outer rounds planned", registry)),
+      budget_changes_(CounterFamily(
+          "gasloc_coordinator_budget_changes_total",
+          "Changes of a worker's local-step budget H_i, by reason", registry)),
+      rpcs_(CounterFamily("gasloc_coordinator_rpcs_total",
+                          "Coordinator RPCs handled, by method", registry)),
+      rpc_errors_(CounterFamily(
+          "gasloc_coordinator_rpc_errors_total",
+          "Coordinator RPCs that failed, by method and code", registry)),
       planning_duration_(
           prometheus::BuildHistogram()
               .Name("gasloc_coordinator_round_planning_duration_seconds")

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <numeric>
 
+#include "common/job_spec.h"
+
 namespace gasloc::coordinator {
 
 uint64_t SplitMix64::Below(uint64_t bound) {
@@ -122,6 +124,31 @@ RoundSchedule PlanSchedule(const ScheduleKey& key, uint32_t n) {
   }
   FromPartners(partners, s);
   return s;
+}
+
+v1::Topology RoundTopology(const v1::JobSpec& spec) {
+  return IsGossipAlgorithm(spec.outer().algorithm()) ? spec.outer().topology()
+                                                     : v1::TOPOLOGY_COMPLETE;
+}
+
+ScheduleKey RoundKey(const v1::JobSpec& spec, uint64_t round, uint64_t epoch) {
+  ScheduleKey key;
+  key.seed = spec.training().seed();
+  key.round = round;
+  key.epoch = epoch;
+  key.topology = RoundTopology(spec);
+  return key;
+}
+
+EdgeWeights RoundWeights(const v1::JobSpec& spec, uint32_t n) {
+  EdgeWeights w;
+  const float one_nth = 1.0f / static_cast<float>(n);
+  w.gossip = IsGossipAlgorithm(spec.outer().algorithm());
+  w.ring = RoundTopology(spec) == v1::TOPOLOGY_COMPLETE;
+  w.alpha = w.ring ? one_nth : spec.outer().alpha();
+  if (w.gossip) w.peer_weight = w.ring ? 1.0f : spec.outer().lambda();
+  if (w.ring) w.ring_weight = one_nth;
+  return w;
 }
 
 }  // namespace gasloc::coordinator

@@ -1,5 +1,5 @@
 // Round schedules: which peers each member of a membership epoch talks to in
-// one outer round (algorithms.md sections 2-3), as a pure function of
+// one outer round, and with which edge weights (algorithms.md sections 2-3), as a pure function of
 // (job seed, round, epoch, members, topology). Every member computes nothing
 // itself: the coordinator plans the schedule once per round and hands each
 // worker its row, and because the function is deterministic a restarted
@@ -84,6 +84,28 @@ std::vector<int32_t> RandomMatching(uint64_t seed, uint32_t n);
 
 // Mixes (seed, round, epoch, stream) into one generator seed.
 uint64_t ScheduleSeed(const ScheduleKey& key);
+
+// The graph a job's rounds run on: the spec's topology for gossip
+// algorithms (GASLOC, DPSGD), the complete graph for all-reduce ones.
+v1::Topology RoundTopology(const v1::JobSpec& spec);
+
+// The schedule key of a round of `spec` (seed = training.seed).
+ScheduleKey RoundKey(const v1::JobSpec& spec, uint64_t round, uint64_t epoch);
+
+// The edge weights of a round with n members, the same at both ends of
+// every edge:
+//   gossip on a sparse graph: alpha = outer.alpha, lambda = outer.lambda
+//   complete graph (TOPOLOGY_COMPLETE, every all-reduce algorithm):
+//     alpha = 1/n and lambda = 1, so alpha * lambda = 1/n (full
+//     averaging); every member in ring order with weight 1/n.
+struct EdgeWeights {
+  bool gossip = false;    // the round has gossip peers
+  bool ring = false;      // the round has a ring order (complete graph)
+  float alpha = 0;        // outer step size
+  float peer_weight = 0;  // lambda on every gossip edge
+  float ring_weight = 0;  // weight of every member of the ring
+};
+EdgeWeights RoundWeights(const v1::JobSpec& spec, uint32_t n);
 
 }  // namespace gasloc::coordinator
 

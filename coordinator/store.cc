@@ -119,6 +119,12 @@ class Statement {
     return rc_ == SQLITE_OK ? absl::OkStatus() : SqlError(db_, "query");
   }
   int64_t ColInt(int c) { return sqlite3_column_int64(stmt_, c); }
+  // Reads the row's columns 0, 1, ... into `out...`, each by its type.
+  template <typename... T>
+  void Read(T&... out) {
+    int c = 0;
+    (Col(c++, out), ...);
+  }
   double ColReal(int c) { return sqlite3_column_double(stmt_, c); }
   std::string ColText(int c) {
     const auto* p = sqlite3_column_blob(stmt_, c);
@@ -128,6 +134,14 @@ class Statement {
   }
 
  private:
+  void Col(int c, int64_t& v) { v = ColInt(c); }
+  void Col(int c, uint64_t& v) { v = static_cast<uint64_t>(ColInt(c)); }
+  void Col(int c, uint32_t& v) { v = static_cast<uint32_t>(ColInt(c)); }
+  void Col(int c, bool& v) { v = ColInt(c) != 0; }
+  void Col(int c, double& v) { v = ColReal(c); }
+  void Col(int c, float& v) { v = static_cast<float>(ColReal(c)); }
+  void Col(int c, std::string& v) { v = ColText(c); }
+
   sqlite3* db_;
   sqlite3_stmt* stmt_ = nullptr;
   int rc_ = SQLITE_OK;
@@ -136,6 +150,91 @@ class Statement {
 
 std::string JoinIds(const std::vector<uint64_t>& ids) {
   return absl::StrJoin(ids, ",");
+}
+
+}  // namespace
+
+// One bound parameter of a write statement.
+struct Store::SqlValue {
+  enum class Kind { kInt, kReal, kText, kBlob };
+  SqlValue(int64_t v) : kind(Kind::kInt), i(v) {}  // NOLINT(runtime/explicit)
+  SqlValue(uint64_t v) : SqlValue(static_cast<int64_t>(v)) {}  // NOLINT
+  SqlValue(int v) : SqlValue(static_cast<int64_t>(v)) {}       // NOLINT
+  SqlValue(uint32_t v) : SqlValue(static_cast<int64_t>(v)) {}  // NOLINT
+  SqlValue(double v) : kind(Kind::kReal), r(v) {}              // NOLINT
+  static SqlValue Text(std::string v) {
+    return SqlValue(Kind::kText, std::move(v));
+  }
+  static SqlValue Blob(std::string v) {
+    return SqlValue(Kind::kBlob, std::move(v));
+  }
+
+  Kind kind;
+  int64_t i = 0;
+  double r = 0;
+  std::string s;
+
+ private:
+  SqlValue(Kind k, std::string v) : kind(k), s(std::move(v)) {}
+};
+
+// A column of a row to write: its name and value.
+struct Store::Column {
+  const char* name;
+  SqlValue value;
+};
+
+absl::Status Store::Upsert(absl::string_view op, const char* table,
+                           const std::vector<Column>& row) {
+  std::vector<absl::string_view> names;
+  std::vector<SqlValue> values;
+  for (const Column& c : row) {
+    names.push_back(c.name);
+    values.push_back(c.value);
+  }
+  const std::vector<absl::string_view> marks(row.size(), "?");
+  const std::string sql = absl::StrCat(
+      "INSERT OR REPLACE INTO ", table, " (", absl::StrJoin(names, ", "),
+      ") VALUES (", absl::StrJoin(marks, ", "), ")");
+  return Write(op, sql.c_str(), values);
+}
+
+absl::Status Store::Write(absl::string_view op, const char* sql,
+                          const std::vector<SqlValue>& values) {
+  RETURN_IF_ERROR(Injected(op));
+  Statement statement(db_, sql);
+  for (const SqlValue& v : values) {
+    if (v.kind == SqlValue::Kind::kInt) {
+      statement.Int(v.i);
+    } else if (v.kind == SqlValue::Kind::kReal) {
+      statement.Real(v.r);
+    } else if (v.kind == SqlValue::Kind::kText) {
+      statement.Text(v.s);
+    } else {
+      statement.Blob(v.s);
+    }
+  }
+  return statement.Run();
+}
+
+namespace {
+
+// Runs the query `sql` with `key` bound to its parameters and makes one T
+// of each row with `row` (which fails on a corrupt row).
+template <typename T>
+absl::StatusOr<std::vector<T>> Rows(sqlite3* db, const char* sql,
+                                    std::initializer_list<uint64_t> key,
+                                    absl::StatusOr<T> (*row)(Statement&)) {
+  Statement q(db, sql);
+  for (uint64_t k : key) q.Int(static_cast<int64_t>(k));
+  std::vector<T> out;
+  while (q.Next()) {
+    absl::StatusOr<T> item = row(q);
+    if (!item.ok()) return item.status();
+    out.push_back(std::move(*item));
+  }
+  RETURN_IF_ERROR(q.status());
+  return out;
 }
 
 absl::StatusOr<std::vector<uint64_t>> SplitIds(const std::string& text) {
@@ -149,6 +248,59 @@ absl::StatusOr<std::vector<uint64_t>> SplitIds(const std::string& text) {
     ids.push_back(id);
   }
   return ids;
+}
+
+// One row of each table (the columns in the order the Load* queries name).
+absl::StatusOr<StoredWorker> WorkerRow(Statement& q) {
+  StoredWorker w;
+  std::string info;
+  int64_t state;
+  q.Read(w.worker_id, info, w.registered_unix_ms, state, w.job_id);
+  w.state = static_cast<v1::WorkerState>(state);
+  if (!w.info.ParseFromString(info))
+    return absl::DataLossError(
+        absl::StrCat("workers.info of worker ", w.worker_id, " is corrupt"));
+  return w;
+}
+
+absl::StatusOr<StoredJob> JobRow(Statement& q) {
+  StoredJob j;
+  uint64_t id;
+  std::string status;
+  q.Read(id, status, j.stop_round);
+  if (!j.status.ParseFromString(status))
+    return absl::DataLossError(
+        absl::StrCat("jobs.status of job ", id, " is corrupt"));
+  return j;
+}
+
+absl::StatusOr<StoredMember> MemberRow(Statement& q) {
+  StoredMember m;
+  q.Read(m.job_id, m.worker_id, m.first_round, m.last_reported_round,
+         m.steps_per_second, m.bytes_per_second, m.local_steps, m.train_loss,
+         m.val_bpb, m.got_stop);
+  return m;
+}
+
+absl::StatusOr<StoredEpoch> EpochRow(Statement& q) {
+  StoredEpoch e;
+  std::string members;
+  q.Read(e.job_id, e.epoch, e.first_round, members);
+  ASSIGN_OR_RETURN(e.members, SplitIds(members));
+  return e;
+}
+
+absl::StatusOr<StoredRound> RoundRow(Statement& q) {
+  StoredRound r;
+  std::string budgets;
+  q.Read(r.job_id, r.round, r.epoch, r.planned_unix_ms, r.deadline_unix_ms,
+         budgets);
+  auto decoded = DecodeBudgets(budgets);
+  if (!decoded.ok())
+    return Annotate(decoded.status(),
+                    absl::StrCat("job ", r.job_id, " round ", r.round));
+  r.budgets = std::move(*decoded);
+  return r;
 }
 
 }  // namespace
@@ -217,250 +369,112 @@ absl::Status Store::Migrate() {
   return absl::OkStatus();
 }
 
-absl::Status Store::Begin() { return Exec("BEGIN IMMEDIATE"); }
-absl::Status Store::Commit() { return Exec("COMMIT"); }
+absl::Status Store::Begin() {
+  RETURN_IF_ERROR(Injected("Begin"));
+  return Exec("BEGIN IMMEDIATE");
+}
+
+absl::Status Store::Commit() {
+  RETURN_IF_ERROR(Injected("Commit"));
+  return Exec("COMMIT");
+}
+
 void Store::Rollback() { Exec("ROLLBACK").IgnoreError(); }
 
 absl::Status Store::PutWorker(const StoredWorker& w) {
-  Statement s(db_,
-              "INSERT OR REPLACE INTO workers (worker_id, info, "
-              "registered_unix_ms, state, job_id) VALUES (?, ?, ?, ?, ?)");
-  return s.Int(static_cast<int64_t>(w.worker_id))
-      .Blob(w.info.SerializeAsString())
-      .Int(w.registered_unix_ms)
-      .Int(w.state)
-      .Int(static_cast<int64_t>(w.job_id))
-      .Run();
+  return Upsert("PutWorker", "workers",
+                {{"worker_id", w.worker_id},
+                 {"info", SqlValue::Blob(w.info.SerializeAsString())},
+                 {"registered_unix_ms", w.registered_unix_ms},
+                 {"state", w.state}, {"job_id", w.job_id}});
 }
 
 absl::StatusOr<std::vector<StoredWorker>> Store::LoadWorkers() {
-  Statement q(db_,
-              "SELECT worker_id, info, registered_unix_ms, state, job_id FROM "
-              "workers ORDER BY worker_id");
-  std::vector<StoredWorker> out;
-  while (q.Next()) {
-    StoredWorker w;
-    w.worker_id = static_cast<uint64_t>(q.ColInt(0));
-    if (!w.info.ParseFromString(q.ColText(1)))
-      return absl::DataLossError(
-          absl::StrCat("workers.info of worker ", w.worker_id, " is corrupt"));
-    w.registered_unix_ms = q.ColInt(2);
-    w.state = static_cast<v1::WorkerState>(q.ColInt(3));
-    w.job_id = static_cast<uint64_t>(q.ColInt(4));
-    out.push_back(std::move(w));
-  }
-  RETURN_IF_ERROR(q.status());
-  return out;
+  return Rows<StoredWorker>(db_,
+                            "SELECT worker_id, info, registered_unix_ms, "
+                            "state, job_id FROM workers ORDER BY worker_id",
+                            {}, WorkerRow);
 }
 
 absl::Status Store::PutJob(const StoredJob& job) {
-  Statement s(db_,
-              "INSERT OR REPLACE INTO jobs (job_id, name, state, status, "
-              "stop_round) VALUES (?, ?, ?, ?, ?)");
-  return s.Int(static_cast<int64_t>(job.status.job_id()))
-      .Text(job.status.spec().name())
-      .Int(job.status.state())
-      .Blob(job.status.SerializeAsString())
-      .Int(job.stop_round)
-      .Run();
+  const v1::JobStatus& st = job.status;
+  return Upsert("PutJob", "jobs",
+                {{"job_id", st.job_id()},
+                 {"name", SqlValue::Text(st.spec().name())},
+                 {"state", st.state()},
+                 {"status", SqlValue::Blob(st.SerializeAsString())},
+                 {"stop_round", job.stop_round}});
 }
 
 absl::StatusOr<std::vector<StoredJob>> Store::LoadJobs() {
-  Statement q(db_, "SELECT job_id, status, stop_round FROM jobs ORDER BY job_id");
-  std::vector<StoredJob> out;
-  while (q.Next()) {
-    StoredJob j;
-    if (!j.status.ParseFromString(q.ColText(1)))
-      return absl::DataLossError(
-          absl::StrCat("jobs.status of job ", q.ColInt(0), " is corrupt"));
-    j.stop_round = q.ColInt(2);
-    out.push_back(std::move(j));
-  }
-  RETURN_IF_ERROR(q.status());
-  return out;
+  return Rows<StoredJob>(
+      db_, "SELECT job_id, status, stop_round FROM jobs ORDER BY job_id", {},
+      JobRow);
 }
 
 absl::Status Store::PutMember(const StoredMember& m) {
-  Statement s(db_,
-              "INSERT OR REPLACE INTO job_members (job_id, worker_id, "
-              "first_round, last_reported_round, steps_per_second, "
-              "bytes_per_second, local_steps, train_loss, val_bpb, got_stop) "
-              "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
-  return s.Int(static_cast<int64_t>(m.job_id))
-      .Int(static_cast<int64_t>(m.worker_id))
-      .Int(m.first_round)
-      .Int(m.last_reported_round)
-      .Real(m.steps_per_second)
-      .Real(m.bytes_per_second)
-      .Int(m.local_steps)
-      .Real(m.train_loss)
-      .Real(m.val_bpb)
-      .Int(m.got_stop ? 1 : 0)
-      .Run();
+  return Upsert("PutMember", "job_members",
+                {{"job_id", m.job_id}, {"worker_id", m.worker_id},
+                 {"first_round", m.first_round},
+                 {"last_reported_round", m.last_reported_round},
+                 {"steps_per_second", m.steps_per_second},
+                 {"bytes_per_second", m.bytes_per_second},
+                 {"local_steps", m.local_steps},
+                 {"train_loss", static_cast<double>(m.train_loss)},
+                 {"val_bpb", static_cast<double>(m.val_bpb)},
+                 {"got_stop", m.got_stop ? 1 : 0}});
 }
 
 absl::Status Store::DeleteMember(uint64_t job_id, uint64_t worker_id) {
-  Statement s(db_, "DELETE FROM job_members WHERE job_id = ? AND worker_id = ?");
-  return s.Int(static_cast<int64_t>(job_id))
-      .Int(static_cast<int64_t>(worker_id))
-      .Run();
+  return Write("DeleteMember",
+               "DELETE FROM job_members WHERE job_id = ? AND worker_id = ?",
+               {job_id, worker_id});
 }
 
 absl::StatusOr<std::vector<StoredMember>> Store::LoadMembers(uint64_t job_id) {
-  Statement q(db_,
-              "SELECT worker_id, first_round, last_reported_round, "
-              "steps_per_second, bytes_per_second, local_steps, train_loss, "
-              "val_bpb, got_stop FROM job_members WHERE job_id = ? ORDER BY "
-              "worker_id");
-  q.Int(static_cast<int64_t>(job_id));
-  std::vector<StoredMember> out;
-  while (q.Next()) {
-    StoredMember m;
-    m.job_id = job_id;
-    m.worker_id = static_cast<uint64_t>(q.ColInt(0));
-    m.first_round = q.ColInt(1);
-    m.last_reported_round = q.ColInt(2);
-    m.steps_per_second = q.ColReal(3);
-    m.bytes_per_second = q.ColReal(4);
-    m.local_steps = static_cast<uint32_t>(q.ColInt(5));
-    m.train_loss = static_cast<float>(q.ColReal(6));
-    m.val_bpb = static_cast<float>(q.ColReal(7));
-    m.got_stop = q.ColInt(8) != 0;
-    out.push_back(m);
-  }
-  RETURN_IF_ERROR(q.status());
-  return out;
+  return Rows<StoredMember>(
+      db_,
+      "SELECT job_id, worker_id, first_round, last_reported_round, "
+      "steps_per_second, bytes_per_second, local_steps, train_loss, val_bpb, "
+      "got_stop FROM job_members WHERE job_id = ? ORDER BY worker_id",
+      {job_id}, MemberRow);
 }
 
 absl::Status Store::PutEpoch(const StoredEpoch& e) {
-  Statement s(db_,
-              "INSERT OR REPLACE INTO epochs (job_id, epoch, first_round, "
-              "members) VALUES (?, ?, ?, ?)");
-  return s.Int(static_cast<int64_t>(e.job_id))
-      .Int(static_cast<int64_t>(e.epoch))
-      .Int(static_cast<int64_t>(e.first_round))
-      .Text(JoinIds(e.members))
-      .Run();
+  return Upsert("PutEpoch", "epochs",
+                {{"job_id", e.job_id}, {"epoch", e.epoch},
+                 {"first_round", e.first_round},
+                 {"members", SqlValue::Text(JoinIds(e.members))}});
 }
 
 absl::StatusOr<std::vector<StoredEpoch>> Store::LoadEpochs(uint64_t job_id) {
-  Statement q(db_,
-              "SELECT epoch, first_round, members FROM epochs WHERE job_id = ? "
-              "ORDER BY epoch");
-  q.Int(static_cast<int64_t>(job_id));
-  std::vector<StoredEpoch> out;
-  while (q.Next()) {
-    StoredEpoch e;
-    e.job_id = job_id;
-    e.epoch = static_cast<uint64_t>(q.ColInt(0));
-    e.first_round = static_cast<uint64_t>(q.ColInt(1));
-    ASSIGN_OR_RETURN(e.members, SplitIds(q.ColText(2)));
-    out.push_back(std::move(e));
-  }
-  RETURN_IF_ERROR(q.status());
-  return out;
-}
-
-std::string EncodeBudgets(const std::vector<Budget>& budgets) {
-  std::string out(budgets.size() * kBudgetRecordBytes, '\0');
-  char* p = out.data();
-  auto put = [&p](const auto& v) {
-    std::memcpy(p, &v, sizeof(v));
-    p += sizeof(v);
-  };
-  for (const Budget& b : budgets) {
-    put(b.local_steps);
-    put(static_cast<uint8_t>(b.basis));
-    put(static_cast<uint8_t>(b.link_known));
-    put(uint16_t{0});
-    put(b.nominal_steps);
-    put(b.min_steps);
-    put(b.steps_per_second);
-    put(b.fastest_steps_per_second);
-    put(b.exchange_seconds);
-    put(b.target_seconds);
-    put(b.raw_steps);
-  }
-  return out;
-}
-
-absl::StatusOr<std::vector<Budget>> DecodeBudgets(absl::string_view blob) {
-  if (blob.size() % kBudgetRecordBytes != 0)
-    return absl::DataLossError(absl::StrCat(
-        "rounds.budgets has ", blob.size(), " bytes, not a multiple of ",
-        kBudgetRecordBytes));
-  std::vector<Budget> budgets(blob.size() / kBudgetRecordBytes);
-  const char* p = blob.data();
-  auto get = [&p](auto& v) {
-    std::memcpy(&v, p, sizeof(v));
-    p += sizeof(v);
-  };
-  for (Budget& b : budgets) {
-    uint8_t basis, link;
-    uint16_t pad;
-    get(b.local_steps);
-    get(basis);
-    get(link);
-    get(pad);
-    get(b.nominal_steps);
-    get(b.min_steps);
-    get(b.steps_per_second);
-    get(b.fastest_steps_per_second);
-    get(b.exchange_seconds);
-    get(b.target_seconds);
-    get(b.raw_steps);
-    if (basis > static_cast<uint8_t>(Budget::Basis::kAdaptive))
-      return absl::DataLossError("rounds.budgets holds an unknown basis");
-    b.basis = static_cast<Budget::Basis>(basis);
-    b.link_known = link != 0;
-  }
-  return budgets;
+  return Rows<StoredEpoch>(db_,
+                           "SELECT job_id, epoch, first_round, members FROM "
+                           "epochs WHERE job_id = ? ORDER BY epoch",
+                           {job_id}, EpochRow);
 }
 
 absl::Status Store::PutRound(const StoredRound& r) {
-  Statement s(db_,
-              "INSERT OR REPLACE INTO rounds (job_id, round, epoch, "
-              "planned_unix_ms, deadline_unix_ms, budgets) VALUES (?, ?, ?, ?, "
-              "?, ?)");
-  return s.Int(static_cast<int64_t>(r.job_id))
-      .Int(static_cast<int64_t>(r.round))
-      .Int(static_cast<int64_t>(r.epoch))
-      .Int(r.planned_unix_ms)
-      .Int(r.deadline_unix_ms)
-      .Blob(EncodeBudgets(r.budgets))
-      .Run();
+  return Upsert("PutRound", "rounds",
+                {{"job_id", r.job_id}, {"round", r.round}, {"epoch", r.epoch},
+                 {"planned_unix_ms", r.planned_unix_ms},
+                 {"deadline_unix_ms", r.deadline_unix_ms},
+                 {"budgets", SqlValue::Blob(EncodeBudgets(r.budgets))}});
 }
 
 absl::StatusOr<std::vector<StoredRound>> Store::LoadRounds(uint64_t job_id,
                                                           uint64_t min_round) {
-  Statement q(db_,
-              "SELECT round, epoch, planned_unix_ms, deadline_unix_ms, budgets "
-              "FROM rounds WHERE job_id = ? AND round >= ? ORDER BY round");
-  q.Int(static_cast<int64_t>(job_id)).Int(static_cast<int64_t>(min_round));
-  std::vector<StoredRound> out;
-  while (q.Next()) {
-    StoredRound r;
-    r.job_id = job_id;
-    r.round = static_cast<uint64_t>(q.ColInt(0));
-    r.epoch = static_cast<uint64_t>(q.ColInt(1));
-    r.planned_unix_ms = q.ColInt(2);
-    r.deadline_unix_ms = q.ColInt(3);
-    auto budgets = DecodeBudgets(q.ColText(4));
-    if (!budgets.ok())
-      return Annotate(budgets.status(),
-                      absl::StrCat("job ", job_id, " round ", r.round));
-    r.budgets = std::move(*budgets);
-    out.push_back(std::move(r));
-  }
-  RETURN_IF_ERROR(q.status());
-  return out;
+  return Rows<StoredRound>(db_,
+                           "SELECT job_id, round, epoch, planned_unix_ms, "
+                           "deadline_unix_ms, budgets FROM rounds WHERE "
+                           "job_id = ? AND round >= ? ORDER BY round",
+                           {job_id, min_round}, RoundRow);
 }
 
 absl::Status Store::PruneRounds(uint64_t job_id, uint64_t below_round) {
-  Statement s(db_, "DELETE FROM rounds WHERE job_id = ? AND round < ?");
-  return s.Int(static_cast<int64_t>(job_id))
-      .Int(static_cast<int64_t>(below_round))
-      .Run();
+  return Write("PruneRounds",
+               "DELETE FROM rounds WHERE job_id = ? AND round < ?",
+               {job_id, below_round});
 }
 
 }  // namespace gasloc::coordinator

@@ -13,6 +13,7 @@
 #define GASLOC_COORDINATOR_STORE_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -83,12 +84,6 @@ struct StoredRound {
   std::vector<Budget> budgets;
 };
 
-// The binary form of a round's budgets (little-endian records of
-// kBudgetRecordBytes), and back.
-inline constexpr size_t kBudgetRecordBytes = 56;
-std::string EncodeBudgets(const std::vector<Budget>& budgets);
-absl::StatusOr<std::vector<Budget>> DecodeBudgets(absl::string_view blob);
-
 class Store {
  public:
   // Opens (creating if missing) the database at `path`; ":memory:" gives a
@@ -128,10 +123,32 @@ class Store {
   // Runs raw SQL (tests build old schema versions with it).
   absl::Status Exec(absl::string_view sql);
 
+  // Test hook, a store that fails on demand: `hook` is asked before every
+  // Begin, Commit and write (Put*, DeleteMember, PruneRounds) with the
+  // operation's name ("Begin", "Commit", "PutWorker", ...); a non-OK answer
+  // fails that operation without touching the database. nullptr = off.
+  using FailureHook = std::function<absl::Status(absl::string_view op)>;
+  void SetFailureHook(FailureHook hook) { failure_hook_ = std::move(hook); }
+
  private:
+  struct SqlValue;  // a bound parameter (store.cc)
+  struct Column;    // a column's name and value (store.cc)
+
   explicit Store(sqlite3* db) : db_(db) {}
   absl::Status Migrate();
+  // Runs the write statement `sql` with `values` bound to its parameters,
+  // unless the failure hook fails `op`.
+  absl::Status Write(absl::string_view op, const char* sql,
+                     const std::vector<SqlValue>& values);
+  // INSERT OR REPLACE of one row of `table` (through Write).
+  absl::Status Upsert(absl::string_view op, const char* table,
+                      const std::vector<Column>& row);
+  // The failure hook's answer for `op` (OK when no hook is set).
+  absl::Status Injected(absl::string_view op) const {
+    return failure_hook_ ? failure_hook_(op) : absl::OkStatus();
+  }
   sqlite3* db_;
+  FailureHook failure_hook_;
 };
 
 }  // namespace gasloc::coordinator

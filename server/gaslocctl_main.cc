@@ -25,6 +25,7 @@
 #include "absl/time/time.h"
 #include "common/flags_setup.h"
 #include "common/job_spec.h"
+#include "common/link_bandwidth.h"
 #include "gasloc/v1/coordinator.grpc.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "grpcpp/grpcpp.h"
@@ -354,7 +355,8 @@ int Workers(v1::Coordinator::Stub& stub) {
                     p.job_id() == 0 ? "-" : absl::StrCat(p.job_id()),
                     absl::StrCat(p.round()), LossText(p.train_loss()),
                     absl::StrFormat("%.2f", p.steps_per_second()),
-                    absl::StrFormat("%.1f", p.link_bytes_per_second() / 1e6),
+                    absl::StrFormat("%.1f", LinkMegabytesPerSecond(
+                                                p.link_bytes_per_second())),
                     w.local_steps() == 0 ? "-" : absl::StrCat(w.local_steps()),
                     absl::StrCat(w.heartbeat_age_ms(), "ms"),
                     w.info().software_version()});

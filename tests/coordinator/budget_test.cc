@@ -1,6 +1,8 @@
 // The budget planner (algorithms.md section 5).
 #include "coordinator/budget.h"
 
+#include "common/link_bandwidth.h"
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -80,6 +82,14 @@ TEST(BudgetTest, ClampsToFloorAndCeiling) {
 TEST(BudgetTest, EmaStartsAtFirstSample) {
   EXPECT_DOUBLE_EQ(UpdateEma(0, 8, 0.3), 8);
   EXPECT_DOUBLE_EQ(UpdateEma(10, 20, 0.5), 15);
+}
+
+TEST(BudgetTest, LinkBandwidthIsTheBusierDirection) {
+  EXPECT_EQ(LinkBytesPerSecond(1000, 4000, 2.0), 2000.0);
+  EXPECT_EQ(LinkBytesPerSecond(4000, 1000, 2.0), 2000.0);
+  EXPECT_EQ(LinkBytesPerSecond(0, 0, 2.0), 0.0) << "nothing moved";
+  EXPECT_EQ(LinkBytesPerSecond(1000, 0, 0.0), 0.0) << "no time measured";
+  EXPECT_EQ(LinkMegabytesPerSecond(2.5e6), 2.5);
 }
 
 }  // namespace

@@ -575,5 +575,117 @@ TEST_F(CoordinatorTest, RestartResumesRunningJobFromSqlite) {
   EXPECT_GT(Start(Spec()), job);
 }
 
+// A store that fails on demand: while `fail_` names an operation ("Commit",
+// "PutRound", ... or "*" for all), that operation fails.
+class CoordinatorStoreFailureTest : public CoordinatorTest {
+ protected:
+  void SetUp() override {
+    path_ = absl::StrCat(::testing::TempDir(), "/coordinator_failure.sqlite");
+    for (const char* suffix : {"", "-wal", "-shm"})
+      std::remove((path_ + suffix).c_str());
+    Restart();
+  }
+
+  // A coordinator on the same file, as after a crash.
+  void Restart() {
+    coord_.reset();
+    auto store = Store::Open(path_);
+    ASSERT_TRUE(store.ok()) << store.status();
+    (*store)->SetFailureHook([this](absl::string_view op) {
+      if (fail_ == "*" || fail_ == op)
+        return absl::InternalError(absl::StrCat("injected failure of ", op));
+      return absl::OkStatus();
+    });
+    Make(std::move(*store));
+  }
+
+  v1::JobStatus Job(uint64_t job) {
+    auto st = coord_->GetJob(job);
+    EXPECT_TRUE(st.ok()) << st.status();
+    return st.ok() ? *st : v1::JobStatus();
+  }
+
+  std::string path_;
+  std::string fail_;
+};
+
+TEST_F(CoordinatorStoreFailureTest, FailedReportChangesNothingAndItsRetryCounts) {
+  const uint64_t a = Register();
+  const uint64_t job = Start(Spec(1));
+  ASSERT_EQ(Ask(a, job, -1)->round(), 0u);
+
+  fail_ = "Commit";
+  absl::Status failed = Report(a, job, 0);
+  EXPECT_EQ(failed.code(), absl::StatusCode::kUnavailable) << failed;
+  fail_.clear();
+  // Memory agrees with the rolled-back disk: the report did not happen.
+  EXPECT_EQ(Job(job).tokens(), 0u);
+  EXPECT_EQ(Job(job).rounds_completed(), 0u);
+
+  // The worker retries: the report is applied, not dropped as a duplicate.
+  ASSERT_TRUE(Report(a, job, 0).ok());
+  EXPECT_EQ(Job(job).tokens(), 1000u);
+  EXPECT_EQ(Job(job).rounds_completed(), 1u);
+  Restart();
+  EXPECT_EQ(Job(job).tokens(), 1000u);
+  EXPECT_EQ(Job(job).rounds_completed(), 1u);
+}
+
+TEST_F(CoordinatorStoreFailureTest, FailedPlanningLeavesNoRoundBehind) {
+  const uint64_t a = Register(), b = Register();
+  const uint64_t job = Start(Spec(2));
+  fail_ = "PutRound";
+  auto failed = Ask(a, job, -1);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(failed.status().code(), absl::StatusCode::kUnavailable);
+  fail_.clear();
+  EXPECT_EQ(Job(job).epoch(), 0u);
+  EXPECT_EQ(Job(job).round_planned(), 0u);
+  // Planned again on the retry, the same for both members and after a
+  // restart.
+  auto a0 = Ask(a, job, -1);
+  ASSERT_TRUE(a0.ok()) << a0.status();
+  EXPECT_EQ(a0->round(), 0u);
+  EXPECT_EQ(a0->epoch(), 1u);
+  Restart();
+  auto again = Ask(a, job, -1);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->SerializeAsString(), a0->SerializeAsString());
+  EXPECT_EQ(Ask(b, job, -1)->epoch(), 1u);
+}
+
+TEST_F(CoordinatorStoreFailureTest, FailedRegistrationAndStartLeaveNoTrace) {
+  fail_ = "*";
+  v1::RegisterWorkerRequest req;
+  req.mutable_info()->set_address("10.0.0.9:7000");
+  req.mutable_info()->set_cores(4);
+  auto reg = coord_->RegisterWorker(req);
+  EXPECT_EQ(reg.status().code(), absl::StatusCode::kUnavailable);
+  auto started = coord_->StartJob(Spec(1));
+  EXPECT_EQ(started.status().code(), absl::StatusCode::kUnavailable);
+  fail_.clear();
+  EXPECT_EQ(coord_->ListWorkers({}).workers_size(), 0);
+  EXPECT_EQ(coord_->ListJobs().jobs_size(), 0);
+  // The ids were never handed out; the next ones work as usual.
+  const uint64_t a = Register();
+  const uint64_t job = Start(Spec(1));
+  EXPECT_EQ(Ask(a, job, -1)->round(), 0u);
+}
+
+TEST_F(CoordinatorStoreFailureTest, FailedLeaveKeepsTheWorkerInItsJob) {
+  const uint64_t a = Register(), b = Register();
+  const uint64_t job = Start(Spec(2));
+  ASSERT_EQ(Ask(a, job, -1)->round(), 0u);
+  fail_ = "DeleteMember";
+  v1::LeaveWorkerRequest leave;
+  leave.set_worker_id(b);
+  EXPECT_EQ(coord_->LeaveWorker(leave).code(), absl::StatusCode::kUnavailable);
+  fail_.clear();
+  EXPECT_TRUE(Beat(b, job).ok()) << "b is still alive";
+  EXPECT_EQ(Job(job).worker_ids_size(), 2);
+  ASSERT_TRUE(coord_->LeaveWorker(leave).ok());
+  EXPECT_FALSE(Beat(b, job).ok());
+}
+
 }  // namespace
 }  // namespace gasloc::coordinator

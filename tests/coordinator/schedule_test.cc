@@ -151,5 +151,47 @@ TEST(ScheduleTest, BelowIsUniform) {
   for (int h : hist) EXPECT_NEAR(h, 10000, 500);
 }
 
+TEST(ScheduleTest, RoundWeightsSparseGossip) {
+  v1::JobSpec spec;
+  spec.mutable_outer()->set_algorithm(v1::ALGORITHM_GASLOC);
+  spec.mutable_outer()->set_topology(v1::TOPOLOGY_RANDOM_ONE_PEER);
+  spec.mutable_outer()->set_alpha(0.5f);
+  spec.mutable_outer()->set_lambda(0.8f);
+  const EdgeWeights w = RoundWeights(spec, 4);
+  EXPECT_TRUE(w.gossip);
+  EXPECT_FALSE(w.ring);
+  EXPECT_EQ(w.alpha, 0.5f);
+  EXPECT_EQ(w.peer_weight, 0.8f);
+  EXPECT_EQ(RoundTopology(spec), v1::TOPOLOGY_RANDOM_ONE_PEER);
+  spec.mutable_training()->set_seed(9);
+  const ScheduleKey key = RoundKey(spec, 3, 2);
+  EXPECT_EQ(key.seed, 9u);
+  EXPECT_EQ(key.round, 3u);
+  EXPECT_EQ(key.epoch, 2u);
+  EXPECT_EQ(key.topology, v1::TOPOLOGY_RANDOM_ONE_PEER);
+}
+
+TEST(ScheduleTest, RoundWeightsCompleteGraphAverageFully) {
+  v1::JobSpec spec;
+  spec.mutable_outer()->set_algorithm(v1::ALGORITHM_GASLOC);
+  spec.mutable_outer()->set_topology(v1::TOPOLOGY_COMPLETE);
+  spec.mutable_outer()->set_alpha(0.5f);
+  spec.mutable_outer()->set_lambda(0.8f);
+  EdgeWeights w = RoundWeights(spec, 4);
+  EXPECT_TRUE(w.gossip);
+  EXPECT_TRUE(w.ring);
+  EXPECT_EQ(w.alpha * w.peer_weight, 0.25f);
+  EXPECT_EQ(w.ring_weight, 0.25f);
+  // All-reduce algorithms: no gossip peers, the ring with 1/n.
+  spec.mutable_outer()->set_algorithm(v1::ALGORITHM_DILOCO);
+  spec.mutable_outer()->set_topology(v1::TOPOLOGY_RING);
+  w = RoundWeights(spec, 5);
+  EXPECT_FALSE(w.gossip);
+  EXPECT_TRUE(w.ring);
+  EXPECT_EQ(w.alpha, 0.2f);
+  EXPECT_EQ(w.ring_weight, 0.2f);
+  EXPECT_EQ(RoundTopology(spec), v1::TOPOLOGY_COMPLETE);
+}
+
 }  // namespace
 }  // namespace gasloc::coordinator

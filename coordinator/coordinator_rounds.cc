@@ -1,0 +1,419 @@
+// Coordinator: rounds. Planning the next round (stop decision, epoch,
+// schedule, budgets; the decisions themselves are round_planner.h,
+// schedule.h and budget.h), handing out assignments (GetAssignment) and
+// taking reports (ReportRound).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/link_bandwidth.h"
+#include "common/log.h"
+#include "common/status_macros.h"
+#include "coordinator/coordinator.h"
+
+namespace gasloc::coordinator {
+
+const Coordinator::EpochRec* Coordinator::EpochOf(const JobRec& job,
+                                                  uint64_t epoch) {
+  auto it = job.epochs.find(epoch);
+  return it == job.epochs.end() ? nullptr : &it->second;
+}
+
+Coordinator::RoundRec Coordinator::MakeRoundRec(const JobRec& job,
+                                                uint64_t round, uint64_t epoch,
+                                                int64_t deadline_unix_ms) {
+  RoundRec rec;
+  rec.round = round;
+  rec.epoch = epoch;
+  rec.deadline_unix_ms = deadline_unix_ms;
+  const EpochRec* e = EpochOf(job, epoch);
+  const uint32_t n = e == nullptr ? 0 : static_cast<uint32_t>(e->members.size());
+  rec.schedule =
+      PlanSchedule(RoundKey(job.stored.status.spec(), round, epoch), n);
+  return rec;
+}
+
+void Coordinator::ForgetOldRounds(JobRec& job) const {
+  if (job.next_round <= options_.rounds_kept || job.rounds.empty()) return;
+  const uint64_t oldest = job.next_round - options_.rounds_kept;
+  while (!job.rounds.empty() && job.rounds.begin()->first < oldest)
+    job.rounds.erase(job.rounds.begin());
+  if (job.rounds.empty()) return;
+  const uint64_t oldest_epoch = job.rounds.begin()->second.epoch;
+  while (!job.epochs.empty() && job.epochs.begin()->first < oldest_epoch)
+    job.epochs.erase(job.epochs.begin());
+}
+
+void Coordinator::PlanNextRound(JobRec& job, absl::Time now) {
+  // Planning time is a measurement, not a decision: the real monotonic
+  // clock, not clock_.
+  const auto planning_start = std::chrono::steady_clock::now();
+  v1::JobStatus& st = job.stored.status;
+  const uint64_t job_id = st.job_id();
+  const uint64_t r = job.next_round;
+  if (auto reason = StopReason(st.spec(), r, st.tokens(),
+                               absl::FromUnixMillis(st.started_unix_ms()), now)) {
+    job.stored.stop_round = static_cast<int64_t>(r);
+    st.set_message(absl::StrCat("finishing: ", *reason));
+    SaveJob(job);
+    GASLOC_LOG(INFO) << "job " << job_id << " stops before round " << r
+                     << ": " << *reason;
+    MaybeFinish(job, now);
+    return;
+  }
+  std::vector<uint64_t> ids;
+  ids.reserve(job.members.size());
+  for (const auto& [wid, m] : job.members) ids.push_back(wid);
+
+  // Epoch: bumps when the members differ from the previous round's.
+  const EpochRec* last =
+      job.epochs.empty() ? nullptr : &job.epochs.rbegin()->second;
+  const EpochDecision epoch = DecideEpoch(
+      last == nullptr ? 0 : last->epoch,
+      last == nullptr ? nullptr : &last->members, ids, r);
+  if (epoch.bump) {
+    job.epochs[epoch.epoch] = {epoch.epoch, r, ids};
+    Write([&](Store& s) { return s.PutEpoch({job_id, epoch.epoch, r, ids}); });
+    const std::string what = epoch.Reason();
+    GASLOC_LOG(INFO) << "job " << job_id << " " << what;
+    st.set_epoch(epoch.epoch);
+    st.clear_worker_ids();
+    for (uint64_t id : ids) st.add_worker_ids(id);
+    AddEvent(job, v1::JOB_EVENT_KIND_MEMBERSHIP, what, now);
+  }
+
+  // Budgets.
+  std::vector<WorkerRates> rates;
+  std::vector<uint32_t> old_steps;
+  rates.reserve(ids.size());
+  old_steps.reserve(ids.size());
+  for (const auto& [wid, m] : job.members) {
+    rates.push_back({m.steps_per_second, m.bytes_per_second});
+    old_steps.push_back(m.local_steps);
+  }
+  BudgetPlan plan = PlanBudgets(
+      rates, BudgetOptionsFor(st.spec(), static_cast<uint32_t>(ids.size())));
+  const int64_t deadline = absl::ToUnixMillis(
+      now + absl::Seconds(plan.target_round_seconds) +
+      absl::Milliseconds(st.spec().exchange().deadline_ms()));
+  RoundRec rec = MakeRoundRec(job, r, epoch.epoch, deadline);
+
+  std::vector<std::string> changes;
+  for (const BudgetDiff& d : DiffBudgets(old_steps, plan.budgets)) {
+    const Budget& b = plan.budgets[d.index];
+    const uint64_t wid = ids[d.index];
+    const std::string reason = b.Reason();
+    v1::BudgetChange* c = st.add_budget_changes();
+    c->set_worker_id(wid);
+    c->set_round(r);
+    c->set_old_local_steps(d.old_steps);
+    c->set_new_local_steps(d.new_steps);
+    c->set_reason(reason);
+    Metric([job_id, b](CoordinatorMetrics& m) { m.RecordBudgetChange(job_id, b); });
+    GASLOC_LOG(INFO) << "job " << job_id << " round " << r << ": worker "
+                     << wid << " H " << d.old_steps << " -> " << d.new_steps
+                     << " (" << reason << ")";
+    changes.push_back(absl::StrCat("worker ", wid, " H ", d.old_steps, " -> ",
+                                   d.new_steps));
+  }
+  size_t i = 0;
+  for (auto& [wid, m] : job.members) {
+    const Budget& b = plan.budgets[i++];
+    bool dirty = false;
+    if (m.first_round < 0) {
+      m.first_round = static_cast<int64_t>(r);
+      Contribute(job, m, +1);
+      dirty = true;
+    }
+    if (m.local_steps != b.local_steps) {
+      m.local_steps = b.local_steps;
+      dirty = true;
+    }
+    if (dirty) SaveMember(m);
+  }
+  rec.budgets = std::move(plan.budgets);
+  const int excess = st.budget_changes_size() - options_.max_budget_changes;
+  if (excess > 0) st.mutable_budget_changes()->DeleteSubrange(0, excess);
+
+  StoredRound sr;
+  sr.job_id = job_id;
+  sr.round = r;
+  sr.epoch = epoch.epoch;
+  sr.planned_unix_ms = absl::ToUnixMillis(now);
+  sr.deadline_unix_ms = deadline;
+  sr.budgets = std::move(rec.budgets);  // lent to the store, no copy
+  Write([&](Store& s) { return s.PutRound(sr); });
+  rec.budgets = std::move(sr.budgets);
+  job.rounds[r] = std::move(rec);
+  job.next_round = r + 1;
+  st.set_round_planned(r);
+  // Forget rounds (and epochs) older than the window kept; the database
+  // every 16 rounds.
+  if (r + 1 > options_.rounds_kept) {
+    const uint64_t oldest = r + 1 - options_.rounds_kept;
+    ForgetOldRounds(job);
+    if (oldest % 16 == 0)
+      Write([&](Store& s) { return s.PruneRounds(job_id, oldest); });
+  }
+  SaveJob(job);
+  const double planning_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                    planning_start)
+          .count();
+  Metric([job_id, planning_seconds](CoordinatorMetrics& m) {
+    m.RecordRoundPlanned(job_id, planning_seconds);
+  });
+  if (!changes.empty()) {
+    const size_t shown = std::min<size_t>(changes.size(), 4);
+    AddEvent(job, v1::JOB_EVENT_KIND_BUDGET,
+             absl::StrCat("round ", r, ": ", changes.size(),
+                          " budget change(s): ",
+                          absl::StrJoin(changes.begin(),
+                                        changes.begin() + shown, "; ")),
+             now);
+  }
+}
+
+v1::Assignment Coordinator::StopAssignment(const JobRec& job,
+                                           const std::string& message) const {
+  v1::Assignment a;
+  a.set_kind(v1::ASSIGNMENT_KIND_STOP);
+  a.set_job_id(job.stored.status.job_id());
+  a.set_message(message);
+  return a;
+}
+
+v1::Assignment Coordinator::BuildAssignment(const JobRec& job,
+                                            const RoundRec& round,
+                                            uint64_t worker_id) {
+  const v1::JobSpec& spec = job.stored.status.spec();
+  const EpochRec* epoch = EpochOf(job, round.epoch);
+  const std::vector<uint64_t>& members = epoch->members;
+  const auto pos = std::lower_bound(members.begin(), members.end(), worker_id);
+  const auto rank = static_cast<uint32_t>(pos - members.begin());
+  const auto n = static_cast<uint32_t>(members.size());
+  auto add_peer = [&](google::protobuf::RepeatedPtrField<v1::PeerAssignment>*
+                          list,
+                      uint64_t id, float weight) {
+    v1::PeerAssignment* p = list->Add();
+    p->set_worker_id(id);
+    p->set_address(membership_.at(id).stored.info.address());
+    p->set_weight(weight);
+  };
+
+  v1::Assignment a;
+  a.set_kind(v1::ASSIGNMENT_KIND_ROUND);
+  a.set_job_id(job.stored.status.job_id());
+  *a.mutable_spec() = spec;
+  a.set_round(round.round);
+  a.set_epoch(round.epoch);
+  a.set_rank(rank);
+  a.set_num_workers(n);
+  const EdgeWeights weights = RoundWeights(spec, n);
+  a.set_alpha(weights.alpha);
+  if (weights.gossip)
+    for (uint32_t j : round.schedule.PeersOf(rank))
+      add_peer(a.mutable_peers(), members[j], weights.peer_weight);
+  if (weights.ring)
+    for (uint64_t id : members)
+      add_peer(a.mutable_ring_order(), id, weights.ring_weight);
+  a.set_local_steps(round.budgets[rank].local_steps);
+  a.set_budget_reason(round.budgets[rank].Reason());
+  a.set_exchange_deadline_unix_ms(round.deadline_unix_ms);
+
+  // A worker new to the job fetches the model from a member that was in the
+  // previous round and is still in the job (the lowest id).
+  auto m = job.members.find(worker_id);
+  if (m == job.members.end() ||
+      m->second.first_round != static_cast<int64_t>(round.round) ||
+      round.round == 0)
+    return a;
+  auto prev = job.rounds.find(round.round - 1);
+  if (prev == job.rounds.end()) return a;
+  for (uint64_t id : EpochOf(job, prev->second.epoch)->members) {
+    if (id == worker_id || !job.members.count(id)) continue;
+    if (!std::binary_search(members.begin(), members.end(), id)) continue;
+    v1::PeerAssignment* src = a.mutable_model_source();
+    src->set_worker_id(id);
+    src->set_address(membership_.at(id).stored.info.address());
+    src->set_weight(1.0f);
+    break;
+  }
+  return a;
+}
+
+absl::StatusOr<std::optional<v1::Assignment>> Coordinator::TryAssign(
+    const v1::GetAssignmentRequest& request, absl::Time now) {
+  ASSIGN_OR_RETURN(WorkerRec * w, membership_.Live(request.worker_id()));
+  membership_.Renew(*w, now);
+  const uint64_t worker_id = w->stored.worker_id;
+  const uint64_t bound = w->stored.job_id;
+  if (request.job_id() != 0 && request.job_id() != bound) {
+    ASSIGN_OR_RETURN(JobRec * old, FindJob(request.job_id()));
+    if (bound == 0) {
+      const v1::JobStatus& st = old->stored.status;
+      const bool ended = st.state() == v1::JOB_STATE_FINISHED ||
+                         st.state() == v1::JOB_STATE_FAILED ||
+                         st.state() == v1::JOB_STATE_STOPPED;
+      return StopAssignment(
+          *old, ended ? absl::StrCat("job ", st.job_id(), " ",
+                                     v1::JobState_Name(st.state()), ": ",
+                                     st.message())
+                      : absl::StrCat("worker ", worker_id,
+                                     " is no longer a member of job ",
+                                     st.job_id(), " (", st.message(), ")"));
+    }
+  }
+  if (bound == 0) return std::nullopt;
+  JobRec& job = jobs_.at(bound);
+  const int64_t after =
+      request.job_id() == bound ? request.after_round() : int64_t{-1};
+  const uint64_t next = static_cast<uint64_t>(after + 1);
+  StoredMember& member = job.members.at(worker_id);
+
+  auto stop_now = [&]() -> v1::Assignment {
+    member.got_stop = true;
+    v1::Assignment a = StopAssignment(job, job.stored.status.message());
+    ReleaseWorker(*w, now);
+    return a;
+  };
+  if (job.stored.stop_round >= 0 &&
+      static_cast<int64_t>(next) >= job.stored.stop_round)
+    return stop_now();
+  if (next > job.next_round)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "after_round ", after, " is ahead of job ", bound,
+        " (rounds planned: ", job.next_round, ")"));
+
+  // The first planned round >= next that includes the worker.
+  for (auto it = job.rounds.lower_bound(next); it != job.rounds.end(); ++it) {
+    const EpochRec* e = EpochOf(job, it->second.epoch);
+    if (std::binary_search(e->members.begin(), e->members.end(), worker_id))
+      return BuildAssignment(job, it->second, worker_id);
+  }
+  if (next < job.next_round && !job.rounds.empty() &&
+      next < job.rounds.begin()->first && member.first_round >= 0)
+    return absl::FailedPreconditionError(absl::StrCat(
+        "round ", next, " of job ", bound,
+        " is no longer kept; ask for a later round"));
+  // Nothing planned for the worker yet: plan the next round now, or wait
+  // for the boundary (round_planner.h DecidePlanNext).
+  const std::vector<uint64_t>* latest =
+      job.rounds.empty()
+          ? nullptr
+          : &EpochOf(job, job.rounds.rbegin()->second.epoch)->members;
+  const PlanDecision decision = DecidePlanNext(
+      latest, worker_id, [&](uint64_t id) { return job.members.count(id) > 0; });
+  if (!decision.plan) return std::nullopt;
+  PlanNextRound(job, now);
+  // Deciding to stop may have finished the job (and released the worker).
+  if (job.stored.status.state() != v1::JOB_STATE_RUNNING)
+    return StopAssignment(job, job.stored.status.message());
+  if (job.stored.stop_round >= 0 &&
+      static_cast<int64_t>(next) >= job.stored.stop_round)
+    return stop_now();
+  return BuildAssignment(job, job.rounds.rbegin()->second, worker_id);
+}
+
+absl::StatusOr<v1::Assignment> Coordinator::GetAssignment(
+    const v1::GetAssignmentRequest& request,
+    const std::function<bool()>& cancelled) {
+  if (request.wait_ms() > 60000)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "wait_ms must be in [0, 60000], got ", request.wait_ms()));
+  if (request.after_round() < -1)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "after_round must be >= -1, got ", request.after_round()));
+  const absl::Duration wait = request.wait_ms() == 0
+                                  ? options_.default_wait
+                                  : absl::Milliseconds(request.wait_ms());
+  // Waiting is real time (a condition variable); decisions use the clock.
+  const absl::Time give_up = absl::Now() + wait;
+  absl::MutexLock lock(&mu_);
+  while (true) {
+    ASSIGN_OR_RETURN(std::optional<v1::Assignment> result,
+                     Call([&](absl::Time now) {
+                       TickLocked(now);
+                       return TryAssign(request, now);
+                     }));
+    if (result.has_value()) return std::move(*result);
+    const absl::Duration left = give_up - absl::Now();
+    if (left <= absl::ZeroDuration() || (cancelled && cancelled())) break;
+    // Wake on any change, and at least every 500 ms to re-check leases.
+    changed_.WaitWithTimeout(&mu_, std::min(left, absl::Milliseconds(500)));
+  }
+  v1::Assignment none;
+  none.set_kind(v1::ASSIGNMENT_KIND_NONE);
+  none.set_job_id(request.job_id());
+  return none;
+}
+
+absl::Status Coordinator::ReportRound(const v1::ReportRoundRequest& request) {
+  absl::MutexLock lock(&mu_);
+  return Call([&](absl::Time now) {
+    TickLocked(now);
+    return ApplyReport(request, now);
+  });
+}
+
+absl::Status Coordinator::ApplyReport(const v1::ReportRoundRequest& request,
+                                      absl::Time now) {
+  ASSIGN_OR_RETURN(WorkerRec * w, membership_.Live(request.worker_id()));
+  ASSIGN_OR_RETURN(JobRec * found, FindJob(request.job_id()));
+  JobRec& job = *found;
+  membership_.Renew(*w, now);
+  v1::JobStatus& st = job.stored.status;
+  // Late reports for a job that has ended change nothing.
+  if (st.state() != v1::JOB_STATE_RUNNING) return absl::OkStatus();
+  auto mit = job.members.find(w->stored.worker_id);
+  if (mit == job.members.end())
+    return absl::FailedPreconditionError(
+        absl::StrCat("worker ", request.worker_id(),
+                     " is not a member of job ", request.job_id()));
+  if (request.round() >= job.next_round)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "round ", request.round(), " of job ", request.job_id(),
+        " was not planned (rounds planned: ", job.next_round, ")"));
+  StoredMember& m = mit->second;
+  if (static_cast<int64_t>(request.round()) <= m.last_reported_round)
+    return absl::OkStatus();  // a duplicate
+  Contribute(job, m, -1);
+  m.last_reported_round = static_cast<int64_t>(request.round());
+  if (request.inner_steps() > 0 && request.compute_seconds() > 0)
+    m.steps_per_second =
+        UpdateEma(m.steps_per_second,
+                  request.inner_steps() / request.compute_seconds(),
+                  options_.ema_weight);
+  const double link = LinkBytesPerSecond(
+      request.bytes_sent(), request.bytes_received(), request.exchange_seconds());
+  if (link > 0)
+    m.bytes_per_second = UpdateEma(m.bytes_per_second, link, options_.ema_weight);
+  if (request.val_bpb() > 0) m.val_bpb = request.val_bpb();
+  m.train_loss = request.train_loss();
+  Contribute(job, m, +1);
+  st.set_tokens(st.tokens() + request.tokens());
+  if (!request.failed_peers().empty())
+    GASLOC_LOG(WARNING) << "job " << st.job_id() << " round "
+                        << request.round() << ": worker "
+                        << request.worker_id() << " lost peers "
+                        << absl::StrJoin(request.failed_peers(), ",") << " ("
+                        << request.failure_reason() << ")";
+  SaveMember(m);
+  UpdateProgress(job, now);
+  if (!std::isfinite(request.train_loss())) {
+    EndJob(job, v1::JOB_STATE_FAILED,
+           absl::StrCat("worker ", request.worker_id(),
+                        " reported a non-finite training loss (",
+                        request.train_loss(), ") in round ", request.round()),
+           now);
+  } else {
+    MaybeFinish(job, now);
+  }
+  SaveJob(job);
+  TickLocked(now);
+  return absl::OkStatus();
+}
+
+}  // namespace gasloc::coordinator

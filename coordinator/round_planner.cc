@@ -1,0 +1,162 @@
+#include "coordinator/round_planner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <iterator>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/job_spec.h"
+
+namespace gasloc::coordinator {
+namespace {
+
+bool IsTerminal(v1::JobState s) {
+  return s == v1::JOB_STATE_FINISHED || s == v1::JOB_STATE_FAILED ||
+         s == v1::JOB_STATE_STOPPED;
+}
+
+// Seconds left until `limit` at the rate `done` per `elapsed` seconds.
+double SecondsLeft(double limit, double done, double elapsed) {
+  return std::max(0.0, limit - done) * elapsed / done;
+}
+
+}  // namespace
+
+std::string FormatIdList(const std::vector<uint64_t>& ids) {
+  constexpr size_t kShown = 8;
+  if (ids.size() <= kShown) return absl::StrJoin(ids, ",");
+  std::vector<uint64_t> head(ids.begin(), ids.begin() + kShown);
+  return absl::StrCat(absl::StrJoin(head, ","), ",... (", ids.size(), ")");
+}
+
+std::optional<std::string> StopReason(const v1::JobSpec& spec,
+                                      uint64_t next_round, uint64_t tokens,
+                                      absl::Time started, absl::Time now) {
+  const v1::StopCondition& stop = spec.stop();
+  if (stop.max_rounds() > 0 && next_round >= stop.max_rounds())
+    return absl::StrCat("reached max_rounds=", stop.max_rounds());
+  if (stop.max_tokens() > 0 && tokens >= stop.max_tokens())
+    return absl::StrCat("reached max_tokens=", stop.max_tokens(), " (",
+                        tokens, " tokens)");
+  if (stop.max_wall_seconds() > 0 &&
+      now - started >= absl::Seconds(stop.max_wall_seconds()))
+    return absl::StrCat("reached max_wall_seconds=", stop.max_wall_seconds());
+  return std::nullopt;
+}
+
+double EstimateEtaSeconds(const v1::JobStatus& status, absl::Time now) {
+  if (IsTerminal(status.state())) return 0;
+  if (status.state() != v1::JOB_STATE_RUNNING || status.started_unix_ms() == 0)
+    return -1;
+  const double elapsed = absl::ToDoubleSeconds(
+      now - absl::FromUnixMillis(status.started_unix_ms()));
+  const v1::StopCondition& stop = status.spec().stop();
+  double eta = std::numeric_limits<double>::infinity();
+  if (stop.max_rounds() > 0 && status.rounds_completed() > 0)
+    eta = std::min(eta, SecondsLeft(static_cast<double>(stop.max_rounds()),
+                                    static_cast<double>(status.rounds_completed()),
+                                    elapsed));
+  if (stop.max_tokens() > 0 && status.tokens() > 0)
+    eta = std::min(eta, SecondsLeft(static_cast<double>(stop.max_tokens()),
+                                    static_cast<double>(status.tokens()),
+                                    elapsed));
+  if (stop.max_wall_seconds() > 0)
+    eta = std::min(eta, std::max(0.0, stop.max_wall_seconds() - elapsed));
+  return std::isfinite(eta) ? eta : -1;
+}
+
+double ExchangeBytes(const v1::JobSpec& spec, uint32_t members) {
+  const double bytes_per_param =
+      spec.exchange().encoding() == v1::WIRE_ENCODING_BF16 ? 2.0 : 4.0;
+  const double model_bytes =
+      static_cast<double>(ModelParameterCount(spec.model())) * bytes_per_param;
+  if (!IsGossipAlgorithm(spec.outer().algorithm()) ||
+      spec.outer().topology() == v1::TOPOLOGY_COMPLETE) {
+    if (members < 2) return 0;
+    return model_bytes * 2.0 * (members - 1) / members;
+  }
+  switch (spec.outer().topology()) {
+    case v1::TOPOLOGY_RANDOM_TWO_PEER:
+    case v1::TOPOLOGY_RING:
+      return 2 * model_bytes;
+    default:
+      return model_bytes;
+  }
+}
+
+BudgetOptions BudgetOptionsFor(const v1::JobSpec& spec, uint32_t members) {
+  BudgetOptions options;
+  options.policy = spec.outer().budget_policy();
+  options.nominal_steps = spec.outer().local_steps();
+  options.min_steps = spec.outer().min_local_steps();
+  options.exchange_bytes = ExchangeBytes(spec, members);
+  return options;
+}
+
+std::string EpochDecision::Reason() const {
+  return absl::StrCat(
+      "epoch ", epoch, " from round ", round, ": ", members, " workers",
+      joined.empty() ? "" : absl::StrCat(", joined ", FormatIdList(joined)),
+      left.empty() ? "" : absl::StrCat(", left ", FormatIdList(left)));
+}
+
+EpochDecision DecideEpoch(uint64_t last_epoch,
+                          const std::vector<uint64_t>* last_members,
+                          const std::vector<uint64_t>& members,
+                          uint64_t round) {
+  EpochDecision d;
+  d.round = round;
+  d.members = members.size();
+  d.epoch = last_members == nullptr ? 0 : last_epoch;
+  if (last_members != nullptr && *last_members == members) return d;
+  d.bump = true;
+  ++d.epoch;
+  if (last_members == nullptr) {
+    d.joined = members;
+    return d;
+  }
+  std::set_difference(members.begin(), members.end(), last_members->begin(),
+                      last_members->end(), std::back_inserter(d.joined));
+  std::set_difference(last_members->begin(), last_members->end(),
+                      members.begin(), members.end(),
+                      std::back_inserter(d.left));
+  return d;
+}
+
+std::string PlanDecision::Reason() const {
+  // Indexed by Why.
+  static constexpr const char* kReasons[] = {
+      "no round planned yet",
+      "the worker was in the latest round",
+      "nobody from the latest round is still in the job",
+      "a new member waits for the members to reach the round boundary",
+  };
+  return kReasons[static_cast<int>(why)];
+}
+
+PlanDecision DecidePlanNext(const std::vector<uint64_t>* latest_members,
+                            uint64_t worker_id,
+                            absl::FunctionRef<bool(uint64_t)> in_job) {
+  using Why = PlanDecision::Why;
+  if (latest_members == nullptr) return {true, Why::kFirstRound};
+  if (std::binary_search(latest_members->begin(), latest_members->end(),
+                         worker_id))
+    return {true, Why::kInLatestRound};
+  for (uint64_t id : *latest_members)
+    if (in_job(id)) return {false, Why::kWaitForBoundary};
+  return {true, Why::kLatestRoundGone};
+}
+
+std::vector<BudgetDiff> DiffBudgets(const std::vector<uint32_t>& old_steps,
+                                    const std::vector<Budget>& budgets) {
+  std::vector<BudgetDiff> diffs;
+  for (size_t i = 0; i < budgets.size() && i < old_steps.size(); ++i) {
+    if (old_steps[i] == 0 || old_steps[i] == budgets[i].local_steps) continue;
+    diffs.push_back({i, old_steps[i], budgets[i].local_steps});
+  }
+  return diffs;
+}
+
+}  // namespace gasloc::coordinator

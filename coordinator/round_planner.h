@@ -1,0 +1,98 @@
+// The round planner's decisions, as pure functions of (state, options) that
+// return the decision with its reason: whether a job stops before a round,
+// the epoch of the next round (who joined and who left), whether a worker's
+// request plans the next round, the budget options of a round and which
+// budgets changed. The Coordinator gathers the state, calls these, applies
+// the result and persists it; the communication graph and its edge weights
+// come from schedule.h, the budgets themselves from budget.h.
+//
+// Reasons are built only when asked for (Reason()), so planning a round of
+// 10,000 workers formats none that nobody reads.
+//
+// Thread safety: pure functions; safe from any thread.
+#ifndef GASLOC_COORDINATOR_ROUND_PLANNER_H_
+#define GASLOC_COORDINATOR_ROUND_PLANNER_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/functional/function_ref.h"
+#include "absl/time/time.h"
+#include "coordinator/budget.h"
+#include "gasloc/v1/coordinator.pb.h"
+
+namespace gasloc::coordinator {
+
+// "1,2,3", or the first eight and the count ("1,...,8,... (12)").
+std::string FormatIdList(const std::vector<uint64_t>& ids);
+
+// Why a job must stop before planning `next_round`, or nullopt to go on:
+// max_rounds, max_tokens, or max_wall_seconds since `started`.
+std::optional<std::string> StopReason(const v1::JobSpec& spec,
+                                      uint64_t next_round, uint64_t tokens,
+                                      absl::Time started, absl::Time now);
+
+// Seconds until the first stop condition is reached at the rate observed
+// since `started`; < 0 = unknown.
+double EstimateEtaSeconds(const v1::JobStatus& status, absl::Time now);
+
+// Bytes one worker moves per exchange: the model's wire size times the
+// number of model copies the topology sends (1 peer: 1; 2 peers / ring: 2;
+// ring all-reduce over n: 2(n-1)/n).
+double ExchangeBytes(const v1::JobSpec& spec, uint32_t members);
+
+// The budget planner's options for a round of `members` workers of `spec`.
+BudgetOptions BudgetOptionsFor(const v1::JobSpec& spec, uint32_t members);
+
+// The epoch of the round `round` with `members` (sorted ids), given the
+// latest epoch and its members (nullptr: no epoch yet).
+struct EpochDecision {
+  bool bump = false;   // the members differ: a new epoch starts here
+  uint64_t epoch = 0;  // the round's epoch (first epoch = 1)
+  uint64_t round = 0;
+  size_t members = 0;
+  std::vector<uint64_t> joined, left;  // against the previous epoch
+  // "epoch 2 from round 1: 3 workers, joined 3, left 2".
+  std::string Reason() const;
+};
+EpochDecision DecideEpoch(uint64_t last_epoch,
+                          const std::vector<uint64_t>* last_members,
+                          const std::vector<uint64_t>& members,
+                          uint64_t round);
+
+// Whether `worker_id`, with nothing planned for it, plans the job's next
+// round now: yes when no round is planned yet, when it was in the latest
+// round, or when nobody from the latest round is still in the job (checked
+// with `in_job`); otherwise it is a new member waiting for the others to
+// reach the round boundary.
+struct PlanDecision {
+  enum class Why {
+    kFirstRound,
+    kInLatestRound,
+    kLatestRoundGone,
+    kWaitForBoundary
+  };
+  bool plan = false;
+  Why why = Why::kWaitForBoundary;
+  std::string Reason() const;
+};
+PlanDecision DecidePlanNext(const std::vector<uint64_t>* latest_members,
+                            uint64_t worker_id,
+                            absl::FunctionRef<bool(uint64_t)> in_job);
+
+// The budget changes of a round: member i's H went from old_steps[i] to
+// budgets[i].local_steps. A member with no budget yet (old 0) is not a
+// change. The reason of a change is budgets[index].Reason().
+struct BudgetDiff {
+  size_t index = 0;
+  uint32_t old_steps = 0;
+  uint32_t new_steps = 0;
+};
+std::vector<BudgetDiff> DiffBudgets(const std::vector<uint32_t>& old_steps,
+                                    const std::vector<Budget>& budgets);
+
+}  // namespace gasloc::coordinator
+
+#endif  // GASLOC_COORDINATOR_ROUND_PLANNER_H_

@@ -1,0 +1,131 @@
+// The round planner's decisions, called directly: stop reasons, ETA,
+// exchange bytes, epochs (who joined and left), whether to plan the next
+// round, and budget diffs.
+#include "coordinator/round_planner.h"
+
+#include <set>
+
+#include "common/job_spec.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace gasloc::coordinator {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::IsEmpty;
+
+const absl::Time kT0 = absl::FromUnixSeconds(1700000000);
+
+TEST(RoundPlannerTest, StopReasonNamesTheCondition) {
+  v1::JobSpec spec;
+  spec.mutable_stop()->set_max_rounds(10);
+  spec.mutable_stop()->set_max_tokens(1000);
+  spec.mutable_stop()->set_max_wall_seconds(60);
+  EXPECT_EQ(StopReason(spec, 9, 0, kT0, kT0), std::nullopt);
+  EXPECT_EQ(StopReason(spec, 10, 0, kT0, kT0), "reached max_rounds=10");
+  EXPECT_EQ(StopReason(spec, 1, 1000, kT0, kT0),
+            "reached max_tokens=1000 (1000 tokens)");
+  EXPECT_EQ(StopReason(spec, 1, 0, kT0, kT0 + absl::Seconds(60)),
+            "reached max_wall_seconds=60");
+}
+
+TEST(RoundPlannerTest, EtaFromTheObservedRate) {
+  v1::JobStatus st;
+  st.set_state(v1::JOB_STATE_PENDING);
+  EXPECT_EQ(EstimateEtaSeconds(st, kT0), -1);
+  st.set_state(v1::JOB_STATE_RUNNING);
+  st.set_started_unix_ms(absl::ToUnixMillis(kT0));
+  st.mutable_spec()->mutable_stop()->set_max_rounds(100);
+  EXPECT_EQ(EstimateEtaSeconds(st, kT0 + absl::Seconds(10)), -1)
+      << "no round completed yet";
+  st.set_rounds_completed(10);
+  EXPECT_DOUBLE_EQ(EstimateEtaSeconds(st, kT0 + absl::Seconds(10)), 90);
+  st.set_state(v1::JOB_STATE_FINISHED);
+  EXPECT_EQ(EstimateEtaSeconds(st, kT0), 0);
+}
+
+TEST(RoundPlannerTest, ExchangeBytesFollowTheTopology) {
+  v1::JobSpec spec;
+  spec.mutable_model()->set_layers(2);
+  spec.mutable_model()->set_d_model(16);
+  spec.mutable_model()->set_heads(1);
+  spec.mutable_model()->set_context(16);
+  spec.mutable_outer()->set_algorithm(v1::ALGORITHM_GASLOC);
+  spec.mutable_outer()->set_topology(v1::TOPOLOGY_RANDOM_ONE_PEER);
+  const double model = 4.0 * static_cast<double>(ModelParameterCount(spec.model()));
+  EXPECT_DOUBLE_EQ(ExchangeBytes(spec, 4), model);
+  spec.mutable_outer()->set_topology(v1::TOPOLOGY_RING);
+  EXPECT_DOUBLE_EQ(ExchangeBytes(spec, 4), 2 * model);
+  spec.mutable_outer()->set_algorithm(v1::ALGORITHM_DILOCO);
+  EXPECT_DOUBLE_EQ(ExchangeBytes(spec, 4), model * 2 * 3 / 4);
+  EXPECT_EQ(ExchangeBytes(spec, 1), 0);
+  const BudgetOptions o = BudgetOptionsFor(spec, 4);
+  EXPECT_DOUBLE_EQ(o.exchange_bytes, model * 2 * 3 / 4);
+}
+
+TEST(RoundPlannerTest, FirstEpochHasEveryoneJoining) {
+  const EpochDecision d = DecideEpoch(0, nullptr, {1, 2, 3}, 0);
+  EXPECT_TRUE(d.bump);
+  EXPECT_EQ(d.epoch, 1u);
+  EXPECT_THAT(d.joined, ElementsAre(1u, 2u, 3u));
+  EXPECT_THAT(d.left, IsEmpty());
+  EXPECT_EQ(d.Reason(), "epoch 1 from round 0: 3 workers, joined 1,2,3");
+}
+
+TEST(RoundPlannerTest, SameMembersKeepTheEpoch) {
+  const std::vector<uint64_t> last = {1, 2};
+  const EpochDecision d = DecideEpoch(4, &last, {1, 2}, 9);
+  EXPECT_FALSE(d.bump);
+  EXPECT_EQ(d.epoch, 4u);
+}
+
+TEST(RoundPlannerTest, ChangedMembersBumpAndSayWhoJoinedAndLeft) {
+  const std::vector<uint64_t> last = {1, 2, 3};
+  const EpochDecision d = DecideEpoch(2, &last, {1, 3, 4}, 7);
+  EXPECT_TRUE(d.bump);
+  EXPECT_EQ(d.epoch, 3u);
+  EXPECT_THAT(d.joined, ElementsAre(4u));
+  EXPECT_THAT(d.left, ElementsAre(2u));
+  EXPECT_EQ(d.Reason(), "epoch 3 from round 7: 3 workers, joined 4, left 2");
+}
+
+TEST(RoundPlannerTest, LongIdListsAreShortened) {
+  EXPECT_EQ(FormatIdList({1, 2, 3, 4, 5, 6, 7, 8, 9, 10}),
+            "1,2,3,4,5,6,7,8,... (10)");
+}
+
+TEST(RoundPlannerTest, WhoPlansTheNextRound) {
+  const std::set<uint64_t> in_job = {1, 2, 5};
+  auto member = [&](uint64_t id) { return in_job.count(id) > 0; };
+  EXPECT_TRUE(DecidePlanNext(nullptr, 5, member).plan);
+  EXPECT_EQ(DecidePlanNext(nullptr, 5, member).why,
+            PlanDecision::Why::kFirstRound);
+  const std::vector<uint64_t> latest = {1, 2};
+  const PlanDecision in_round = DecidePlanNext(&latest, 2, member);
+  EXPECT_TRUE(in_round.plan);
+  EXPECT_EQ(in_round.why, PlanDecision::Why::kInLatestRound);
+  const PlanDecision joiner = DecidePlanNext(&latest, 5, member);
+  EXPECT_FALSE(joiner.plan);
+  EXPECT_EQ(joiner.Reason(),
+            "a new member waits for the members to reach the round boundary");
+  const std::vector<uint64_t> gone = {3, 4};
+  const PlanDecision orphan = DecidePlanNext(&gone, 5, member);
+  EXPECT_TRUE(orphan.plan);
+  EXPECT_EQ(orphan.why, PlanDecision::Why::kLatestRoundGone);
+}
+
+TEST(RoundPlannerTest, BudgetDiffSkipsFirstBudgetsAndUnchanged) {
+  std::vector<Budget> budgets(3);
+  budgets[0].local_steps = 100;
+  budgets[1].local_steps = 50;
+  budgets[2].local_steps = 80;
+  const std::vector<BudgetDiff> diffs = DiffBudgets({0, 100, 80}, budgets);
+  ASSERT_EQ(diffs.size(), 1u);
+  EXPECT_EQ(diffs[0].index, 1u);
+  EXPECT_EQ(diffs[0].old_steps, 100u);
+  EXPECT_EQ(diffs[0].new_steps, 50u);
+}
+
+}  // namespace
+}  // namespace gasloc::coordinator
