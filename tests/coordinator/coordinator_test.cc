@@ -59,6 +59,12 @@ class CoordinatorTest : public ::testing::Test {
     return resp->worker_id();
   }
 
+  std::vector<uint64_t> RegisterN(int n) {
+    std::vector<uint64_t> ids;
+    for (int i = 0; i < n; ++i) ids.push_back(Register());
+    return ids;
+  }
+
   absl::StatusOr<v1::HeartbeatResponse> Beat(uint64_t id, uint64_t job = 0) {
     v1::HeartbeatRequest req;
     req.set_worker_id(id);
@@ -182,8 +188,7 @@ TEST_F(CoordinatorTest, PendingUntilMinWorkersThenRunning) {
 }
 
 TEST_F(CoordinatorTest, EveryMemberGetsTheSameConsistentSchedule) {
-  std::vector<uint64_t> ids;
-  for (int i = 0; i < 5; ++i) ids.push_back(Register());
+  const std::vector<uint64_t> ids = RegisterN(5);
   const uint64_t job = Start(Spec(5));
   for (uint64_t round = 0; round < 20; ++round) {
     std::map<uint64_t, std::set<uint64_t>> peers;
@@ -288,8 +293,7 @@ TEST_F(CoordinatorTest, BudgetsFollowMeasuredSpeed) {
 }
 
 TEST_F(CoordinatorTest, SlowLinkGetsFewerSteps) {
-  std::vector<uint64_t> ids;
-  for (int i = 0; i < 4; ++i) ids.push_back(Register());
+  const std::vector<uint64_t> ids = RegisterN(4);
   const uint64_t job = Start(Spec(4));
   const double model_bytes = ExchangeBytes(gasloc::ApplyJobSpecDefaults(Spec()), 4);
   ASSERT_GT(model_bytes, 0);
@@ -307,8 +311,7 @@ TEST_F(CoordinatorTest, SlowLinkGetsFewerSteps) {
 }
 
 TEST_F(CoordinatorTest, UniformBudgetsAndRingOrderForDiloco) {
-  std::vector<uint64_t> ids;
-  for (int i = 0; i < 3; ++i) ids.push_back(Register());
+  const std::vector<uint64_t> ids = RegisterN(3);
   v1::JobSpec spec = Spec(3);
   spec.mutable_outer()->set_algorithm(v1::ALGORITHM_DILOCO);
   const uint64_t job = Start(spec);
@@ -325,8 +328,7 @@ TEST_F(CoordinatorTest, UniformBudgetsAndRingOrderForDiloco) {
 }
 
 TEST_F(CoordinatorTest, CompleteGraphGasLocAveragesFully) {
-  std::vector<uint64_t> ids;
-  for (int i = 0; i < 4; ++i) ids.push_back(Register());
+  const std::vector<uint64_t> ids = RegisterN(4);
   v1::JobSpec spec = Spec(4);
   spec.mutable_outer()->set_topology(v1::TOPOLOGY_COMPLETE);
   const uint64_t job = Start(spec);
@@ -641,6 +643,11 @@ TEST_F(CoordinatorStoreFailureTest, FailedPlanningLeavesNoRoundBehind) {
   fail_.clear();
   EXPECT_EQ(Job(job).epoch(), 0u);
   EXPECT_EQ(Job(job).round_planned(), 0u);
+  // Nor did its MEMBERSHIP event happen.
+  auto events = coord_->WaitJobEvents(job, 0, absl::ZeroDuration());
+  ASSERT_TRUE(events.ok());
+  for (const v1::JobEvent& e : events->events)
+    EXPECT_NE(e.kind(), v1::JOB_EVENT_KIND_MEMBERSHIP) << e.description();
   // Planned again on the retry, the same for both members and after a
   // restart.
   auto a0 = Ask(a, job, -1);
@@ -685,6 +692,21 @@ TEST_F(CoordinatorStoreFailureTest, FailedLeaveKeepsTheWorkerInItsJob) {
   EXPECT_EQ(Job(job).worker_ids_size(), 2);
   ASSERT_TRUE(coord_->LeaveWorker(leave).ok());
   EXPECT_FALSE(Beat(b, job).ok());
+}
+
+TEST_F(CoordinatorStoreFailureTest, AReadWhoseTickFailsAnswersFromTheDisk) {
+  const uint64_t a = Register();
+  clock_.Advance(kLease + absl::Seconds(1));
+  fail_ = "Commit";
+  // The tick expires a, but that cannot be saved: a is still alive.
+  v1::ListWorkersResponse seen = coord_->ListWorkers({});
+  ASSERT_EQ(seen.workers_size(), 1);
+  EXPECT_EQ(seen.workers(0).state(), v1::WORKER_STATE_ALIVE);
+  fail_.clear();
+  EXPECT_EQ(coord_->ListWorkers({}).workers_size(), 0);
+  EXPECT_EQ(Beat(a).status().code(), absl::StatusCode::kNotFound);
+  Restart();
+  EXPECT_EQ(coord_->ListWorkers({}).workers_size(), 0) << "dead on disk too";
 }
 
 }  // namespace
