@@ -23,6 +23,17 @@ PACKAGES=(
   iperf3
   # independent reference model for parity tests and speed comparisons
   python3 python3-torch python3-numpy libopenblas0-openmp
+  # container image and Kubernetes test (scripts/build_image.sh,
+  # tests/deploy/kube_play_test.py): buildah builds the image offline,
+  # podman plays the manifest, runc runs it (crun fails where cgroups are
+  # hybrid), catatonit is a pod's infra process, python3-yaml edits the
+  # manifest for podman's limits
+  podman buildah runc catatonit python3-yaml
+  # Python client (deploy/python): gRPC and protobuf runtimes for the stubs
+  # protoc and grpc_python_plugin (protobuf-compiler-grpc) generate
+  python3-grpcio python3-protobuf
+  # systemd-analyze verify of deploy/systemd (slim images lack systemd)
+  systemd
 )
 
 missing=()

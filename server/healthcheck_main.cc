@@ -5,6 +5,7 @@
 // probes run it (deploy/image, deploy/kubernetes).
 //
 //   gasloc-healthcheck [--address=HOST:PORT] [--service=NAME] [--timeout_ms=N]
+//                      [--tls_ca=PEM [--tls_cert=PEM --tls_key=PEM]]
 //
 // Exit codes: 0 SERVING; 1 anything else (not serving, unreachable, a
 // deadline), with one line "gasloc-healthcheck: REASON" on stderr; 2 bad
@@ -22,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/flags_setup.h"
 #include "grpcpp/create_channel.h"
+#include "server/credentials.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/support/byte_buffer.h"
 
@@ -31,6 +33,11 @@ ABSL_FLAG(std::string, address, "",
 ABSL_FLAG(std::string, service, "",
           "Service name to ask about (\"\" = the whole server).");
 ABSL_FLAG(int, timeout_ms, 3000, "Deadline of the check in milliseconds.");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM root of the server's certificate (enables TLS), as the "
+          "daemons' --tls_ca.");
+ABSL_FLAG(std::string, tls_cert, "", "PEM client certificate (mutual TLS).");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
 
 namespace gasloc {
 namespace {
@@ -58,8 +65,11 @@ std::string EncodeRequest(const std::string& service) {
 
 int Check(const std::string& address, const std::string& service,
           int timeout_ms) {
-  auto channel =
-      grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  auto credentials = MakeChannelCredentials({absl::GetFlag(FLAGS_tls_cert),
+                                             absl::GetFlag(FLAGS_tls_key),
+                                             absl::GetFlag(FLAGS_tls_ca)});
+  if (!credentials.ok()) return Fail(credentials.status().ToString());
+  auto channel = grpc::CreateChannel(address, *credentials);
   grpc::GenericStub stub(channel);
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() +

@@ -1,0 +1,311 @@
+#!/usr/bin/env python3
+"""ctest kube_play_test: deploy/kubernetes/gasloc.yaml under `podman kube play`.
+
+Runs the manifest with the image of scripts/build_image.sh (ctest
+image_build) through tests/deploy/podman_env.sh, which sets up podman and
+skips where it cannot run. The scenario:
+
+  1. the coordinator (its Deployment and the volume claim for its SQLite
+     file) and two workers come up; their probes (gasloc-healthcheck through
+     grpc.health.v1) pass;
+  2. a small job starts (min_workers 2) and runs;
+  3. a third worker is scaled in mid-run: it joins at a round boundary
+     ("joined N" in the job's MEMBERSHIP events) and trains;
+  4. one of the first two is scaled out: SIGTERM, it leaves ("left N" in
+     the events, state LEFT) and exits 0;
+  5. the job ends FINISHED (its wall-time limit) with the remaining two.
+
+What this test changes in the manifest, each for a limit of podman 4.3 (the
+rest is played as written):
+  - Service objects are not played: podman has no cluster DNS, so the
+    workers get a hostAliases entry for gasloc-coordinator instead;
+  - podman does not scale Deployments or fill in status.podIP: each worker
+    replica is played as its own one-replica copy of the worker Deployment
+    (what the Deployment controller does on `kubectl scale`), with a static
+    IP (--ip) that its POD_IP variable names;
+  - containerPort entries are dropped: podman 4.3 publishes each one on the
+    host, so two workers on one machine would collide on port 7071 (pods
+    reach each other on the pod network; the test's calls run inside the
+    coordinator's container);
+  - the corpus claim becomes a hostPath to /usr/share/common-licenses, the
+    image the locally built tag, and the CPU request one core (two cores on
+    this machine kind), so the worker runs --threads=1 through
+    GASLOC_THREADS = requests.cpu.
+Scaling out is `podman pod stop` (SIGTERM, grace period), as a Deployment
+scale-down deletes a pod.
+"""
+
+import copy
+import ipaddress
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import yaml
+
+SOURCE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+MANIFEST = os.path.join(SOURCE_DIR, "deploy", "kubernetes", "gasloc.yaml")
+IMAGE = os.environ.get("GASLOC_IMAGE", "localhost/gasloc:test")
+CORPUS = "/usr/share/common-licenses"
+NETWORK = f"gasloc-kube-{os.getpid()}"
+COORDINATOR_CTR = "gasloc-coordinator-pod-0-coordinator"
+WALL_SECONDS = 45
+START = time.monotonic()
+
+
+def log(message):
+    print(f"[{time.monotonic() - START:6.1f} s] {message}", flush=True)
+
+
+def podman(*args, check=True, timeout=120, input_text=None):
+    run = subprocess.run(["podman", *args], capture_output=True, text=True,
+                         timeout=timeout, input=input_text)
+    if check and run.returncode != 0:
+        raise RuntimeError(f"podman {' '.join(args)} failed ({run.returncode}):"
+                           f"\n{run.stdout}\n{run.stderr}")
+    return run
+
+
+def ctl(*args, input_text=None):
+    """gaslocctl inside the coordinator's container (the image's CLI)."""
+    run = podman("exec", "-i", COORDINATOR_CTR, "gaslocctl",
+                 "--coordinator=127.0.0.1:7070", "--output=json", *args,
+                 input_text=input_text)
+    return json.loads(run.stdout)
+
+
+def wait_for(what, predicate, timeout):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+class Cluster:
+    def __init__(self, workdir):
+        self.workdir = workdir
+        with open(MANIFEST, encoding="utf-8") as f:
+            self.docs = [d for d in yaml.safe_load_all(f) if d]
+        self.kinds = {(d["kind"], d["metadata"]["name"]): d for d in self.docs}
+        podman("network", "create", NETWORK)
+        subnet = podman("network", "inspect", NETWORK, "--format",
+                        "{{range .Subnets}}{{.Subnet}}{{end}}").stdout.strip()
+        self.net = ipaddress.ip_network(subnet)
+        self.coordinator_ip = str(self.net[10])
+        self.worker_pods = []
+
+    def play(self, name, docs, ip):
+        path = os.path.join(self.workdir, name + ".yaml")
+        with open(path, "w", encoding="utf-8") as f:
+            yaml.safe_dump_all(docs, f)
+        podman("kube", "play", "--network", NETWORK, "--ip", ip, path)
+
+    def start_coordinator(self):
+        claim = self.kinds[("PersistentVolumeClaim", "gasloc-coordinator-state")]
+        deployment = copy.deepcopy(self.kinds[("Deployment", "gasloc-coordinator")])
+        container = deployment["spec"]["template"]["spec"]["containers"][0]
+        container["image"] = IMAGE
+        container.pop("ports", None)
+        self.play("coordinator", [claim, deployment], self.coordinator_ip)
+
+    def scale_workers_to(self, n):
+        """Plays worker replicas until there are n (the controller's job)."""
+        template = self.kinds[("Deployment", "gasloc-worker")]
+        while len(self.worker_pods) < n:
+            i = len(self.worker_pods)
+            ip = str(self.net[11 + i])
+            d = copy.deepcopy(template)
+            d["metadata"]["name"] = f"gasloc-worker-{i}"
+            d["spec"]["replicas"] = 1
+            pod = d["spec"]["template"]["spec"]
+            pod["hostAliases"] = [{"ip": self.coordinator_ip,
+                                   "hostnames": ["gasloc-coordinator"]}]
+            for v in pod["volumes"]:
+                if v["name"] == "corpus":
+                    v.clear()
+                    v.update({"name": "corpus",
+                              "hostPath": {"path": CORPUS, "type": "Directory"}})
+            c = pod["containers"][0]
+            c["image"] = IMAGE
+            c.pop("ports", None)
+            for e in c["env"]:
+                if e["name"] == "POD_IP":
+                    e.pop("valueFrom")
+                    e["value"] = ip
+            c["resources"]["requests"]["cpu"] = "1"
+            c["resources"]["limits"]["cpu"] = "1"
+            self.play(f"worker-{i}", [d], ip)
+            self.worker_pods.append((f"gasloc-worker-{i}-pod-0", ip))
+            log(f"worker replica {i} played at {ip}")
+
+    def healthy(self, container):
+        return podman("healthcheck", "run", container, check=False).returncode == 0
+
+    def teardown(self):
+        run = podman("pod", "ps", "--format", "{{.Name}}", check=False)
+        for pod in run.stdout.split():
+            podman("pod", "stop", "-t", "20", pod, check=False)
+            podman("pod", "rm", "-f", pod, check=False)
+        podman("volume", "rm", "-f", "gasloc-coordinator-state", check=False)
+        podman("network", "rm", "-f", NETWORK, check=False)
+
+
+class Watch(threading.Thread):
+    """`gaslocctl job watch` in the coordinator's container, one JSON
+    JobEvent per line, collected until the job ends."""
+
+    def __init__(self, job_id):
+        super().__init__(daemon=True)
+        self.events = []
+        self.process = subprocess.Popen(
+            ["podman", "exec", COORDINATOR_CTR, "gaslocctl",
+             "--coordinator=127.0.0.1:7070", "--output=json", "job", "watch",
+             str(job_id)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True)
+        self.start()
+
+    def run(self):
+        for line in self.process.stdout:
+            if line.strip():
+                self.events.append(json.loads(line))
+
+    def descriptions(self, kind):
+        return [e.get("description", "") for e in self.events
+                if e.get("kind") == kind]
+
+
+def job_spec():
+    return {
+        "name": "kube-play",
+        "model": {"layers": 1, "d_model": 32, "heads": 2, "context": 32},
+        "training": {"batch": 8, "adamw": {"lr": 3e-3, "warmup_steps": 5}},
+        "data": {"corpus_path": "/data", "eval_windows": 16,
+                 "eval_interval_rounds": 5},
+        "outer": {"algorithm": "ALGORITHM_GASLOC", "local_steps": 20},
+        "exchange": {"deadline_ms": 5000, "chunk_bytes": 16384},
+        "checkpoint": {"directory": "/var/lib/gasloc/checkpoints",
+                       "interval_rounds": 10},
+        "stop": {"max_wall_seconds": WALL_SECONDS},
+        "min_workers": 2,
+    }
+
+
+def workers_by_ip(include_gone=False):
+    args = ["workers", "--all"] if include_gone else ["workers"]
+    listed = ctl(*args).get("workers", [])
+    return {w["info"]["address"].rsplit(":", 1)[0]: w for w in listed}
+
+
+def scenario(cluster):
+    cluster.start_coordinator()
+    wait_for("the coordinator's gRPC health probe",
+             lambda: cluster.healthy(COORDINATOR_CTR), 60)
+    user = podman("top", COORDINATOR_CTR, "huser", "user").stdout.split()
+    assert user[-1] in ("gasloc", "10001"), f"coordinator runs as {user}"
+    log(f"coordinator healthy at {cluster.coordinator_ip} (user {user[-1]})")
+
+    cluster.scale_workers_to(2)
+    for pod, ip in cluster.worker_pods:
+        wait_for(f"{pod}'s health probe",
+                 lambda pod=pod: cluster.healthy(pod + "-worker"), 60)
+    workers = wait_for("two registered workers",
+                       lambda: len(workers_by_ip()) == 2 and workers_by_ip(), 60)
+    for _, ip in cluster.worker_pods:
+        assert ip in workers, f"no worker advertises its pod IP {ip}: {workers}"
+    log(f"2 workers registered: {sorted(workers)} (advertised = pod IPs)")
+
+    job = ctl("job", "start", "-", input_text=json.dumps(job_spec()))
+    job_id = int(job["job_id"])
+    watch = Watch(job_id)
+    wait_for("the job to run",
+             lambda: ctl("job", "get", str(job_id))["state"] == "JOB_STATE_RUNNING",
+             60)
+    log(f"job {job_id} RUNNING")
+
+    # Scale in: a third worker joins at a round boundary and trains.
+    cluster.scale_workers_to(3)
+    third_ip = cluster.worker_pods[2][1]
+    third = wait_for("the third worker to register",
+                     lambda: workers_by_ip().get(third_ip), 60)
+    third_id = int(third["worker_id"])
+    wait_for(f"'joined {third_id}' in the job's events",
+             lambda: any(f"joined {third_id}" in d
+                         for d in watch.descriptions("JOB_EVENT_KIND_MEMBERSHIP")),
+             60)
+
+    def third_trained():
+        w = workers_by_ip().get(third_ip, {})
+        progress = w.get("progress", {})
+        return (int(progress.get("job_id", 0)) == job_id and
+                int(progress.get("total_inner_steps", 0)) > 0)
+    wait_for("the third worker to train", third_trained, 60)
+    log(f"worker {third_id} joined and trains")
+
+    # Scale out: the first worker gets SIGTERM, leaves, exits 0.
+    first_pod, first_ip = cluster.worker_pods[0]
+    first_id = int(workers_by_ip()[first_ip]["worker_id"])
+    podman("pod", "stop", "-t", "60", first_pod)
+    code = podman("inspect", first_pod + "-worker", "--format",
+                  "{{.State.ExitCode}}").stdout.strip()
+    assert code == "0", f"the scaled-out worker exited with {code}"
+    gone = workers_by_ip(include_gone=True)[first_ip]
+    assert gone["state"] == "WORKER_STATE_LEFT", f"scaled-out worker: {gone['state']}"
+    wait_for(f"'left {first_id}' in the job's events",
+             lambda: any(f"left {first_id}" in d
+                         for d in watch.descriptions("JOB_EVENT_KIND_MEMBERSHIP")),
+             60)
+    log(f"worker {first_id} left cleanly (exit 0, state LEFT)")
+
+    # The job finishes with the other two.
+    try:
+        code = watch.process.wait(timeout=WALL_SECONDS + 60)
+    except subprocess.TimeoutExpired:
+        watch.process.kill()
+        raise AssertionError("job watch did not end")
+    watch.join(timeout=10)
+    final = ctl("job", "get", str(job_id))
+    assert final["state"] == "JOB_STATE_FINISHED", \
+        f"job ended {final['state']}: {final.get('message')}"
+    assert code == 0, f"gaslocctl job watch exited {code}"
+    members = sorted(int(w) for w in final.get("worker_ids", []))
+    assert first_id not in members and third_id in members, members
+    for description in watch.descriptions("JOB_EVENT_KIND_MEMBERSHIP"):
+        log(f"event: {description}")
+    log(f"job {job_id} FINISHED: {final.get('rounds_completed')} rounds, "
+        f"{final.get('tokens')} tokens, val_bpb {final.get('val_bpb')}, "
+        f"workers {members}")
+
+
+def main():
+    workdir = tempfile.mkdtemp(prefix="gasloc-kube-play-")
+    # This storage belongs to the tests (podman_env.sh): anything left from
+    # an interrupted run goes first.
+    for pod in podman("pod", "ps", "--format", "{{.Name}}").stdout.split():
+        podman("pod", "rm", "-f", pod, check=False)
+    podman("volume", "rm", "-f", "gasloc-coordinator-state", check=False)
+    cluster = Cluster(workdir)
+    try:
+        scenario(cluster)
+    except Exception:
+        for pod, _ in [("gasloc-coordinator-pod-0", "")] + cluster.worker_pods:
+            ctr = pod + ("-coordinator" if "coordinator" in pod else "-worker")
+            out = podman("logs", "--tail", "15", ctr, check=False)
+            print(f"--- {ctr}:\n{out.stdout}{out.stderr}", file=sys.stderr)
+        raise
+    finally:
+        cluster.teardown()
+        subprocess.run(["rm", "-rf", workdir], check=False)
+    log("kube_play_test passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# ctest systemd_units_verify: stages deploy/systemd with
+# scripts/install_systemd.sh --root (binaries, units, settings files) and runs
+# `systemd-analyze verify --root` on both units. Needs no running systemd:
+# verify loads the units offline, from the staged root, which also gets a
+# copy of the distribution's units (sysinit.target and the like). Any
+# output (an unknown directive, a missing executable) fails the test.
+#   systemd_verify_test.sh SOURCE_DIR BUILD_DIR
+set -euo pipefail
+src="$1"
+build="$2"
+command -v systemd-analyze > /dev/null ||
+  { echo "systemd-analyze not found: run scripts/install_deps.sh (package systemd)" >&2; exit 1; }
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+bash "$src/scripts/install_systemd.sh" --build "$build" --root "$tmp/root" > /dev/null
+mkdir -p "$tmp/root/usr/lib/systemd"
+cp -r /lib/systemd/system "$tmp/root/usr/lib/systemd/"
+units=(gasloc-coordinator.service gasloc-worker.service)
+status=0
+out="$(systemd-analyze verify --man=no --root="$tmp/root" "${units[@]}" 2>&1)" || status=$?
+if [ "$status" -ne 0 ] || [ -n "$out" ]; then
+  echo "systemd-analyze verify failed (exit $status):"
+  echo "$out"
+  exit 1
+fi
+echo "systemd-analyze verify: ${units[*]} clean"
