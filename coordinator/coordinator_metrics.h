@@ -4,8 +4,9 @@
 // Two kinds, both created in main() and injected:
 // - CoordinatorMetrics: counters and a histogram moved where the event
 //   happens (joins, leaves, rounds planned, planning time, budget changes,
-//   RPCs). Coordinator calls them under its own lock; the gRPC service
-//   calls RecordRpc.
+//   RPCs). Coordinator calls them under its own lock once the call's
+//   transaction has committed (a rolled-back change counts nothing); the
+//   gRPC service calls RecordRpc.
 // - CoordinatorGauges(): a scrape-time collectable that reads the state
 //   (live workers, jobs by state, epochs, heartbeat ages) from
 //   Coordinator::GaugeState() when /metrics is scraped, so nothing has to
