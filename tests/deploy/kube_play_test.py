@@ -54,7 +54,7 @@ IMAGE = os.environ.get("GASLOC_IMAGE", "localhost/gasloc:test")
 CORPUS = "/usr/share/common-licenses"
 NETWORK = f"gasloc-kube-{os.getpid()}"
 COORDINATOR_CTR = "gasloc-coordinator-pod-0-coordinator"
-WALL_SECONDS = 45
+WALL_SECONDS = 30
 START = time.monotonic()
 
 
@@ -218,8 +218,12 @@ def scenario(cluster):
                  lambda pod=pod: cluster.healthy(pod + "-worker"), 60)
     workers = wait_for("two registered workers",
                        lambda: len(workers_by_ip()) == 2 and workers_by_ip(), 60)
-    for _, ip in cluster.worker_pods:
+    for pod, ip in cluster.worker_pods:
         assert ip in workers, f"no worker advertises its pod IP {ip}: {workers}"
+        # The shell expanded the downward-API variables: the pod IP, and the
+        # CPU request as the thread count.
+        args = podman("top", pod + "-worker", "args").stdout
+        assert f"--advertise={ip}:7071" in args and "--threads=1 " in args + " ", args
     log(f"2 workers registered: {sorted(workers)} (advertised = pod IPs)")
 
     job = ctl("job", "start", "-", input_text=json.dumps(job_spec()))
@@ -284,8 +288,21 @@ def scenario(cluster):
         f"workers {members}")
 
 
+def remove_stale_networks():
+    """Networks of earlier runs whose process is gone (a run killed by its
+    timeout cannot tear down); network configurations are host-wide."""
+    names = podman("network", "ls", "--format", "{{.Name}}").stdout.split()
+    for name in names:
+        if not name.startswith("gasloc-kube-"):
+            continue
+        pid = name.rsplit("-", 1)[1]
+        if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+            podman("network", "rm", "-f", name, check=False)
+
+
 def main():
     workdir = tempfile.mkdtemp(prefix="gasloc-kube-play-")
+    remove_stale_networks()
     # This storage belongs to the tests (podman_env.sh): anything left from
     # an interrupted run goes first.
     for pod in podman("pod", "ps", "--format", "{{.Name}}").stdout.split():
