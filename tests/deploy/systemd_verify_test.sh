@@ -4,7 +4,9 @@
 # `systemd-analyze verify --root` on both units. Needs no running systemd:
 # verify loads the units offline, from the staged root, which also gets a
 # copy of the distribution's units (sysinit.target and the like). Any
-# output (an unknown directive, a missing executable) fails the test.
+# output (an unknown directive, a missing executable) fails the test. Then
+# `systemd-analyze security --offline` rates the hardening section: an
+# exposure above 3.0 of 10 fails (the units score 1.5 and 1.8).
 #   systemd_verify_test.sh SOURCE_DIR BUILD_DIR
 set -euo pipefail
 src="$1"
@@ -25,3 +27,12 @@ if [ "$status" -ne 0 ] || [ -n "$out" ]; then
   exit 1
 fi
 echo "systemd-analyze verify: ${units[*]} clean"
+for unit in "${units[@]}"; do
+  if ! report="$(systemd-analyze security --offline=true --threshold=30 \
+                   --root="$tmp/root" "$unit" 2>&1)"; then
+    echo "$report"
+    echo "$unit: exposure above 3.0 (systemd-analyze security)"
+    exit 1
+  fi
+  echo "$report" | tail -1
+done
