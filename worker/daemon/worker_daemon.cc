@@ -262,7 +262,13 @@ absl::Status WorkerDaemon::RunAssignment(const v1::Assignment& assignment) {
   absl::MutexLock job_lock(&job_mu_);
   auto prepared = PrepareJob(assignment);
   if (!prepared.ok()) {
-    // Nothing of the job was kept: the next assignment tries again.
+    // Nothing of the job was kept (heartbeats say idle); the next
+    // assignment tries again.
+    if (job_ == nullptr) {
+      absl::MutexLock lock(&mu_);
+      progress_.Clear();
+      progress_.set_activity(v1::WORKER_ACTIVITY_IDLE);
+    }
     return Annotate(prepared.status(), "cannot set up the job");
   }
   Job* job = *prepared;

@@ -346,6 +346,10 @@ TEST_F(WorkerDaemonTest, JobWithAMissingCorpusIsAnErrorNotACrash) {
   EXPECT_THAT(error.message(), HasSubstr("cannot set up the job"));
   EXPECT_THAT(error.message(), HasSubstr("/nonexistent/gasloc/corpus.txt"));
   EXPECT_EQ(daemon_->job_id(), 0u);
+  EXPECT_EQ(coordinator_.heartbeats().size(), 0u);
+  EXPECT_EQ(daemon_->HeartbeatOnce(), absl::Seconds(2));
+  EXPECT_EQ(coordinator_.heartbeats().back().progress().activity(),
+            v1::WORKER_ACTIVITY_IDLE);
   EXPECT_TRUE(coordinator_.reports().empty());
   EXPECT_EQ(clock_.Now() - start, kBackoff);  // backs off before asking again
 
@@ -383,8 +387,9 @@ TEST(DataShardOf, RankAmongTheRingOrTheJobsWorkers) {
   EXPECT_EQ(DataShardOf(beyond).num_workers, 6);
 }
 
-// Run() on its own thread: registers, heartbeats on the (fake) clock,
-// runs the rounds it is handed, and on Shutdown leaves the coordinator and
+// Run() on its own thread: registers, starts its heartbeat thread (which
+// waits on the fake clock, never moved here), runs the rounds it is handed,
+// and on Shutdown wakes the heartbeat thread, leaves the coordinator and
 // returns.
 TEST_F(WorkerDaemonTest, RunUntilShutdownThenLeaves) {
   clock_.SetAutoAdvance(false);  // two threads wait: the test moves time
