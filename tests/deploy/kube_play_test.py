@@ -5,6 +5,7 @@ Runs the manifest with the image of scripts/build_image.sh (ctest
 image_build) through tests/deploy/podman_env.sh, which sets up podman and
 skips where it cannot run. The scenario:
 
+  0. the image alone: its default command, user, HEALTHCHECK and SIGTERM;
   1. the coordinator (its Deployment and the volume claim for its SQLite
      file) and two workers come up; their probes (gasloc-healthcheck through
      grpc.health.v1) pass;
@@ -54,7 +55,7 @@ IMAGE = os.environ.get("GASLOC_IMAGE", "localhost/gasloc:test")
 CORPUS = "/usr/share/common-licenses"
 NETWORK = f"gasloc-kube-{os.getpid()}"
 COORDINATOR_CTR = "gasloc-coordinator-pod-0-coordinator"
-WALL_SECONDS = 30
+WALL_SECONDS = 40
 START = time.monotonic()
 
 
@@ -150,10 +151,10 @@ class Cluster:
         return podman("healthcheck", "run", container, check=False).returncode == 0
 
     def teardown(self):
-        run = podman("pod", "ps", "--format", "{{.Name}}", check=False)
-        for pod in run.stdout.split():
-            podman("pod", "stop", "-t", "20", pod, check=False)
-            podman("pod", "rm", "-f", pod, check=False)
+        pods = podman("pod", "ps", "--format", "{{.Name}}", check=False).stdout.split()
+        if pods:
+            podman("pod", "stop", "-t", "20", *pods, check=False)
+            podman("pod", "rm", "-f", *pods, check=False)
         podman("volume", "rm", "-f", "gasloc-coordinator-state", check=False)
         podman("network", "rm", "-f", NETWORK, check=False)
 
@@ -204,7 +205,28 @@ def workers_by_ip(include_gone=False):
     return {w["info"]["address"].rsplit(":", 1)[0]: w for w in listed}
 
 
+def image_alone():
+    """The image by itself: its default command (the coordinator) runs as
+    gasloc, its HEALTHCHECK passes, SIGTERM stops it with exit 0."""
+    name = f"gasloc-image-{os.getpid()}"
+    podman("run", "-d", "--name", name, IMAGE)
+    try:
+        wait_for("the image's HEALTHCHECK",
+                 lambda: podman("healthcheck", "run", name,
+                                check=False).returncode == 0, 30)
+        user = podman("top", name, "user").stdout.split()[-1]
+        assert user == "gasloc", f"the image's command runs as {user}"
+        podman("stop", "-t", "15", name)
+        code = podman("inspect", name, "--format",
+                      "{{.State.ExitCode}}").stdout.strip()
+        assert code == "0", f"the coordinator exited {code} on SIGTERM"
+    finally:
+        podman("rm", "-f", "-v", name, check=False)
+    log("image alone: healthy, user gasloc, SIGTERM exits 0")
+
+
 def scenario(cluster):
+    image_alone()
     cluster.start_coordinator()
     wait_for("the coordinator's gRPC health probe",
              lambda: cluster.healthy(COORDINATOR_CTR), 60)
