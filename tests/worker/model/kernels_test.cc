@@ -316,7 +316,9 @@ TEST_P(KernelTest, CausalSoftmaxMatchesReference) {
     std::vector<float> want_ds(total * n);
     ref::CausalSoftmaxBackward(got.data(), dp.f.data(), total, rows, n, r0,
                                want_ds.data());
-    EXPECT_LT(RelErr(ds.Get(), want_ds), cdt == dt::bf16 ? 8e-3 : 1e-6);
+    // fp32: a few ulps of the row sums; the sanitizer build contracts the
+    // products differently and lands at 1.4e-6.
+    EXPECT_LT(RelErr(ds.Get(), want_ds), cdt == dt::bf16 ? 8e-3 : 3e-6);
     // A NaN score poisons its row instead of vanishing.
     s = scores;
     s[3 * n + 2] = std::nanf("");
