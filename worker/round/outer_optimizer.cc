@@ -21,7 +21,7 @@ void PseudoGradient(std::span<const float> theta_start,
 
 void GossipOuterStep(std::span<const float> y,
                      std::span<const GossipNeighbor> neighbors, float alpha,
-                     float gamma, std::span<float> y_prev,
+                     float gamma, std::span<const float> y_prev,
                      std::span<float> theta_next) {
   const size_t n = y.size();
   // theta' = y + gamma (y - y_prev) - alpha sum_j w_j (y - y_j), written as
@@ -29,7 +29,6 @@ void GossipOuterStep(std::span<const float> y,
   for (size_t i = 0; i < n; ++i) {
     const float yi = y[i];
     theta_next[i] = yi + gamma * (yi - y_prev[i]);
-    y_prev[i] = yi;
   }
   for (const GossipNeighbor& neighbor : neighbors) {
     const float step = alpha * neighbor.weight;
@@ -40,13 +39,14 @@ void GossipOuterStep(std::span<const float> y,
 
 void NesterovOuterStep(std::span<const float> theta_start,
                        std::span<const float> mean_pseudo_gradient, float lr,
-                       float mu, std::span<float> momentum,
+                       float mu, std::span<const float> momentum,
+                       std::span<float> momentum_next,
                        std::span<float> theta_next) {
   const size_t n = theta_next.size();
   for (size_t i = 0; i < n; ++i) {
     const float g = mean_pseudo_gradient[i];
     const float v = mu * momentum[i] + g;
-    momentum[i] = v;
+    momentum_next[i] = v;
     theta_next[i] = theta_start[i] + lr * (g + mu * v);
   }
 }

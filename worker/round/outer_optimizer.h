@@ -5,10 +5,15 @@
 //
 //   GASLoC / D-PSGD:  y = theta + eta * g
 //                     theta' = y - alpha * sum_j lambda_ij (y - y_j)
-//                               + gamma * (y - y_prev);   y_prev <- y
+//                               + gamma * (y - y_prev)
 //   DiLoCo / local SGD (after an all-reduce gives gbar):
-//                     v = mu * v + gbar
-//                     theta' = theta + lr * (gbar + mu * v)
+//                     v' = mu * v + gbar
+//                     theta' = theta + lr * (gbar + mu * v')
+//
+// The outer state (y_prev, v) is an INPUT: the new value goes to a
+// separate output (or, for y_prev, is y itself), so the caller commits it
+// only once the new parameters are known to be finite (a non-finite round
+// must leave every outer buffer as it was; round_runner.cc).
 //
 // Pure functions on caller-owned buffers; thread-safe as long as callers
 // do not share output buffers.
@@ -34,19 +39,22 @@ struct GossipNeighbor {
   float weight = 1.0f;       // lambda_ij (the same at both ends)
 };
 
-// The GASLoC outer step for one worker. `y_prev` holds y_{t-1} on entry
-// and y_t on return. An empty `neighbors` is the no-peer round (the gossip
-// term vanishes, momentum still applies).
+// The GASLoC outer step for one worker; `y_prev` is y_{t-1} (the caller
+// sets y_prev <- y once theta_next is accepted). An empty `neighbors` is
+// the no-peer round (the gossip term vanishes, momentum still applies).
 void GossipOuterStep(std::span<const float> y,
                      std::span<const GossipNeighbor> neighbors, float alpha,
-                     float gamma, std::span<float> y_prev,
+                     float gamma, std::span<const float> y_prev,
                      std::span<float> theta_next);
 
-// The DiLoCo outer Nesterov step; `momentum` holds v_{t-1} on entry and v_t
-// on return. theta_next may alias theta_start.
+// The DiLoCo outer Nesterov step: `momentum` is v_{t-1}, `momentum_next`
+// receives v_t (the caller adopts it once theta_next is accepted).
+// theta_next may alias theta_start; momentum_next must not alias momentum's
+// readers other than itself (it may alias momentum).
 void NesterovOuterStep(std::span<const float> theta_start,
                        std::span<const float> mean_pseudo_gradient, float lr,
-                       float mu, std::span<float> momentum,
+                       float mu, std::span<const float> momentum,
+                       std::span<float> momentum_next,
                        std::span<float> theta_next);
 
 // ||a - b||_2, accumulated in double.

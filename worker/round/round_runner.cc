@@ -1,6 +1,7 @@
 #include "worker/round/round_runner.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -163,6 +164,7 @@ absl::StatusOr<v1::ReportRoundRequest> RoundRunner::RunRound(
 
   FloatArena& params = trainer_->params();
   theta_start_.CopyFrom(params);
+  pending_outer_ = PendingOuter::kNone;
   const v1::Algorithm algorithm = options_.spec.outer().algorithm();
 
   absl::Status status;
@@ -195,11 +197,26 @@ absl::StatusOr<v1::ReportRoundRequest> RoundRunner::RunRound(
     params.CopyFrom(theta_start_);
     return absl::InternalError(absl::StrCat(
         "round ", round, ": the outer update produced non-finite parameters; "
-        "parameters restored to the round's start"));
+        "parameters and outer state restored to the round's start"));
   }
+  CommitOuterState();
   RETURN_IF_ERROR(EvaluateIfDue(assignment, &report));
   next_round_ = round + 1;
   return report;
+}
+
+void RoundRunner::CommitOuterState() {
+  switch (pending_outer_) {
+    case PendingOuter::kNone:
+      break;
+    case PendingOuter::kPrevIterateFromY:
+      y_prev_.CopyFrom(y_);
+      break;
+    case PendingOuter::kMomentumFromScratch:
+      std::swap(momentum_, scratch_);
+      break;
+  }
+  pending_outer_ = PendingOuter::kNone;
 }
 
 absl::Status RoundRunner::EvaluateIfDue(const v1::Assignment& assignment,
@@ -317,6 +334,7 @@ void RoundRunner::GossipExchange(const v1::Assignment& assignment,
   }
   GossipOuterStep(y_.flat(), neighbors, assignment.alpha(), outer.gamma(),
                   y_prev_.flat(), params.flat());
+  pending_outer_ = PendingOuter::kPrevIterateFromY;
   const double exchange_seconds = Seconds(clock_->Now() - start);
   report->set_exchange_seconds(exchange_seconds);
   report->set_wait_seconds(std::max(0.0, max_receive_seconds - max_send_seconds));
@@ -353,8 +371,11 @@ void RoundRunner::AllReduceExchange(const v1::Assignment& assignment,
                            "pseudo-gradient alone: "
                         << result.status;
   }
+  // v_t goes to scratch_ (free once the ring is done) and is adopted only
+  // when the new parameters are finite.
   NesterovOuterStep(theta_start_.flat(), y_.flat(), outer.lr(), outer.mu(),
-                    momentum_.flat(), params.flat());
+                    momentum_.flat(), scratch_.flat(), params.flat());
+  pending_outer_ = PendingOuter::kMomentumFromScratch;
 }
 
 void RoundRunner::RecordRingFailures(const RingAllReduceResult& result,

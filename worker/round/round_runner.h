@@ -7,8 +7,10 @@
 // Safety rules: received state lands in scratch buffers and is used only
 // when its transfer committed; a peer that fails is dropped from the
 // round's update and listed in the report; local state that turns
-// non-finite is an error and the live parameters are restored to the
-// round's start, never published.
+// non-finite is an error and the live parameters AND the outer state
+// (y_prev, momentum) are left as at the round's start, never published:
+// the outer update writes its new outer state aside and CommitOuterState
+// adopts it only after the finiteness check.
 //
 // Decisions made here and nowhere else: whether a round is evaluated and
 // whether it is followed by a checkpoint (RoundDutiesAfter).
@@ -142,6 +144,9 @@ class RoundRunner {
   // A failed ring all-reduce: its peers and reason go into the report.
   void RecordRingFailures(const RingAllReduceResult& result,
                           v1::ReportRoundRequest* report);
+  // Adopts the outer state the round's update wrote aside (pending_outer_);
+  // called only once the new parameters passed the finiteness check.
+  void CommitOuterState();
   ExchangeOptions MakeExchangeOptions() const;
   void Progress(const RoundProgress& progress) const;
 
@@ -160,6 +165,10 @@ class RoundRunner {
   FloatArena momentum_;
   FloatArena scratch_;
   std::vector<FloatArena> received_;  // one per gossip peer slot
+  // What CommitOuterState adopts: y_prev <- y_ (gossip) or momentum <-
+  // scratch_ (all-reduce), or nothing.
+  enum class PendingOuter { kNone, kPrevIterateFromY, kMomentumFromScratch };
+  PendingOuter pending_outer_ = PendingOuter::kNone;
 };
 
 }  // namespace gasloc

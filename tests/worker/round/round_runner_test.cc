@@ -286,6 +286,45 @@ TEST(RoundRunner, NonFiniteLocalStateRestoresTheRoundStart) {
   EXPECT_EQ(runner.next_round(), 0u);
 }
 
+// The outer update itself overflows (a pull toward 3e38 with eta 1 and
+// momentum 0.9 gives y + 0.9 (y - y_prev) > FLT_MAX): the round fails and
+// leaves theta AND every outer buffer (y_prev, momentum) as they were, so
+// the next round does not start from a poisoned outer state.
+void ExpectOuterOverflowRollsBack(v1::Algorithm algorithm) {
+  InProcessNetwork network;
+  v1::JobSpec spec = Spec(algorithm, 300);
+  spec.mutable_outer()->set_eta(1.0f);
+  spec.mutable_outer()->set_gamma(0.9f);
+  spec.mutable_outer()->set_lr(1.0f);
+  spec.mutable_outer()->set_mu(0.9f);
+  FakeTrainer trainer(FakeLayout(), 3e38f, /*step_size=*/1.0f);
+  auto transport = network.Join(1);
+  RoundRunner runner({kJob, spec, {}}, &trainer, transport.get(),
+                     &RealClock::Get());
+  const FloatArena theta = trainer.params();
+  const FloatArena y_prev = runner.previous_iterate();
+  const FloatArena momentum = runner.momentum();
+  const v1::Assignment assignment = algorithm == v1::ALGORITHM_GASLOC
+                                        ? GossipAssignment(0, 1, {}, 0.5f, 1)
+                                        : RingAssignment(0, 1, 1);
+  auto report = runner.RunRound(assignment);
+  EXPECT_EQ(report.status().code(), absl::StatusCode::kInternal);
+  const size_t bytes = theta.size() * 4;
+  EXPECT_EQ(0, std::memcmp(theta.data(), trainer.params().data(), bytes));
+  EXPECT_EQ(0, std::memcmp(y_prev.data(), runner.previous_iterate().data(),
+                           bytes));
+  EXPECT_EQ(0, std::memcmp(momentum.data(), runner.momentum().data(), bytes));
+  EXPECT_EQ(runner.next_round(), 0u);
+}
+
+TEST(RoundRunner, NonFiniteGossipUpdateLeavesTheOuterStateUntouched) {
+  ExpectOuterOverflowRollsBack(v1::ALGORITHM_GASLOC);
+}
+
+TEST(RoundRunner, NonFiniteNesterovUpdateLeavesTheOuterStateUntouched) {
+  ExpectOuterOverflowRollsBack(v1::ALGORITHM_DILOCO);
+}
+
 // One GASLoC worker alone (no peers) on the in-process network, with a
 // FakeTrainer, after `rounds` rounds of 3 inner steps.
 struct SoloGaslocWorker {
