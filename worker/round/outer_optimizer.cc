@@ -3,6 +3,8 @@
 #include <cmath>
 #include <cstddef>
 
+#include "worker/exchange/wire_codec.h"
+
 namespace gasloc {
 
 void PostLocalIterate(std::span<const float> theta_start,
@@ -22,18 +24,24 @@ void PseudoGradient(std::span<const float> theta_start,
 void GossipOuterStep(std::span<const float> y,
                      std::span<const GossipNeighbor> neighbors, float alpha,
                      float gamma, std::span<const float> y_prev,
-                     std::span<float> theta_next) {
+                     std::span<float> theta_next, GossipWire wire) {
   const size_t n = y.size();
-  // theta' = y + gamma (y - y_prev) - alpha sum_j w_j (y - y_j), written as
-  // one pass per neighbour so it stays a flat loop.
+  // theta' = y + gamma (y - y_prev) - alpha sum_j w_j (q(sent) - y_j),
+  // written as one pass per neighbour so it stays a flat loop.
   for (size_t i = 0; i < n; ++i) {
     const float yi = y[i];
     theta_next[i] = yi + gamma * (yi - y_prev[i]);
   }
+  const float* sent = wire.sent.empty() ? y.data() : wire.sent.data();
   for (const GossipNeighbor& neighbor : neighbors) {
     const float step = alpha * neighbor.weight;
     const float* yj = neighbor.y.data();
-    for (size_t i = 0; i < n; ++i) theta_next[i] -= step * (y[i] - yj[i]);
+    if (wire.bf16) {
+      for (size_t i = 0; i < n; ++i)
+        theta_next[i] -= step * (Bf16ToFloat(FloatToBf16(sent[i])) - yj[i]);
+    } else {
+      for (size_t i = 0; i < n; ++i) theta_next[i] -= step * (sent[i] - yj[i]);
+    }
   }
 }
 

@@ -39,13 +39,25 @@ struct GossipNeighbor {
   float weight = 1.0f;       // lambda_ij (the same at both ends)
 };
 
+// What this worker sent its peers, as they received it. The gossip term
+// uses this worker's own value exactly as its peers saw it:
+//   theta' = ... - alpha * sum_j lambda_ij (q(sent_i) - q(sent_j))
+// with q the wire's rounding (identity for fp32, round-to-nearest-even
+// bf16 for bf16). The term is antisymmetric in (i, j), so an edge moves
+// the pair's sum by nothing but fp32 rounding whatever the encoding.
+struct GossipWire {
+  std::span<const float> sent;  // empty: y itself was sent
+  bool bf16 = false;            // the wire rounded `sent` to bf16
+};
+
 // The GASLoC outer step for one worker; `y_prev` is y_{t-1} (the caller
 // sets y_prev <- y once theta_next is accepted). An empty `neighbors` is
 // the no-peer round (the gossip term vanishes, momentum still applies).
+// Each neighbour's `y` is what arrived (already wire-rounded).
 void GossipOuterStep(std::span<const float> y,
                      std::span<const GossipNeighbor> neighbors, float alpha,
                      float gamma, std::span<const float> y_prev,
-                     std::span<float> theta_next);
+                     std::span<float> theta_next, GossipWire wire = {});
 
 // The DiLoCo outer Nesterov step: `momentum` is v_{t-1}, `momentum_next`
 // receives v_t (the caller adopts it once theta_next is accepted).

@@ -332,8 +332,11 @@ void RoundRunner::GossipExchange(const v1::Assignment& assignment,
                         << report->failed_peers_size()
                         << " peer(s): " << failure;
   }
-  GossipOuterStep(y_.flat(), neighbors, assignment.alpha(), outer.gamma(),
-                  y_prev_.flat(), params.flat());
+  GossipOuterStep(
+      y_.flat(), neighbors, assignment.alpha(), outer.gamma(), y_prev_.flat(),
+      params.flat(),
+      {.sent = {},
+       .bf16 = options_.spec.exchange().encoding() == v1::WIRE_ENCODING_BF16});
   pending_outer_ = PendingOuter::kPrevIterateFromY;
   const double exchange_seconds = Seconds(clock_->Now() - start);
   report->set_exchange_seconds(exchange_seconds);

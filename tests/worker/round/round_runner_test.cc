@@ -1,5 +1,7 @@
 #include "worker/round/round_runner.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -169,6 +171,51 @@ TEST(RoundRunner, GossipWithoutMomentumAveragesExactly) {
   EXPECT_LT(L2Distance(w[0]->trainer.params().flat(),
                        w[1]->trainer.params().flat()),
             1e-5);
+}
+
+// With bf16 on the wire each end sees the other's y rounded to bf16. The
+// gossip term uses the rounded value of BOTH ends (antisymmetric), so the
+// pair's sum is what it was, to fp32 rounding, however many rounds run:
+// rounds with no inner steps and no momentum move only by gossip.
+TEST(RoundRunner, Bf16GossipPreservesThePairMean) {
+  InProcessNetwork network;
+  v1::JobSpec spec = Spec(v1::ALGORITHM_GASLOC);
+  spec.mutable_outer()->set_gamma(0.0f);
+  spec.mutable_outer()->set_eta(1.0f);
+  spec.mutable_exchange()->set_encoding(v1::WIRE_ENCODING_BF16);
+  std::vector<std::unique_ptr<SimWorker>> w;
+  w.push_back(std::make_unique<SimWorker>(network, 1, spec, +1.3f));
+  w.push_back(std::make_unique<SimWorker>(network, 2, spec, -0.7f));
+  // Round 0 trains (the workers differ); no gossip yet (no peers).
+  auto reports = RunAll(w, {GossipAssignment(0, 1, {}, 0.25f, 3),
+                            GossipAssignment(0, 2, {}, 0.25f, 3)});
+  ASSERT_TRUE(reports[0].ok() && reports[1].ok());
+  const size_t n = w[0]->trainer.params().size();
+  auto pair_sum = [&] {
+    std::vector<double> sum(n);
+    for (size_t k = 0; k < n; ++k)
+      sum[k] = static_cast<double>(w[0]->trainer.params().data()[k]) +
+               w[1]->trainer.params().data()[k];
+    return sum;
+  };
+  const std::vector<double> before = pair_sum();
+  for (uint64_t round = 1; round <= 40; ++round) {
+    reports = RunAll(w, {GossipAssignment(round, 1, {2}, 0.25f, 0),
+                         GossipAssignment(round, 2, {1}, 0.25f, 0)});
+    ASSERT_TRUE(reports[0].ok() && reports[1].ok());
+    ASSERT_EQ(reports[0]->failed_peers_size(), 0);
+  }
+  const std::vector<double> after = pair_sum();
+  double worst = 0;
+  for (size_t k = 0; k < n; ++k)
+    worst = std::max(worst, std::abs(after[k] - before[k]) /
+                                (1.0 + std::abs(before[k])));
+  // fp32 rounding of 40 updates is ~40 * 6e-8; bf16 drift is ~1e-3.
+  EXPECT_LT(worst, 1e-5);
+  // And gossip still pulls them together (to within bf16 resolution).
+  EXPECT_LT(L2Distance(w[0]->trainer.params().flat(),
+                       w[1]->trainer.params().flat()),
+            0.05);
 }
 
 // Three ring workers (ids 1..3) pulled toward targets scale * id.
