@@ -48,6 +48,18 @@ bool IsGossipAlgorithm(Algorithm algorithm) {
          algorithm == v1::ALGORITHM_UNSPECIFIED;
 }
 
+uint32_t MaxGossipDegree(v1::Topology topology) {
+  switch (topology) {
+    case v1::TOPOLOGY_RANDOM_TWO_PEER:
+    case v1::TOPOLOGY_RING:
+      return 2;
+    case v1::TOPOLOGY_COMPLETE:
+      return 0;  // every other worker; weights 1/n
+    default:
+      return 1;
+  }
+}
+
 uint64_t ModelParameterCount(const v1::ModelSpec& model) {
   const uint64_t L = model.layers(), d = model.d_model(), T = model.context();
   return L * (12 * d * d + 13 * d) + d * (2 * 256 + T + 2);
@@ -202,6 +214,22 @@ absl::Status ValidateJobSpec(const v1::JobSpec& raw) {
         "outer.topology must be TOPOLOGY_COMPLETE for ",
         v1::Algorithm_Name(o.algorithm()), " (it all-reduces), got ",
         v1::Topology_Name(o.topology())));
+  if (IsGossipAlgorithm(o.algorithm()) &&
+      o.topology() != v1::TOPOLOGY_COMPLETE) {
+    // Metropolis-style weights (coordinator/schedule.h RoundWeights): an
+    // edge of ends with at most D peers weighs alpha lambda 2 / (1 + D), so
+    // the mixing matrix's eigenvalues are > -1 iff alpha lambda <
+    // (1 + D) / (2 D) (tight for a D-regular bipartite round graph).
+    const uint32_t max_degree = MaxGossipDegree(o.topology());
+    const double step = static_cast<double>(o.alpha()) * o.lambda();
+    const double bound = (1.0 + max_degree) / (2.0 * max_degree);
+    if (step >= bound)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "outer.alpha x outer.lambda must be below ", bound, " for ",
+          v1::Topology_Name(o.topology()), " (up to ", max_degree,
+          " peers a round), got ", o.alpha(), " x ", o.lambda(),
+          ": the gossip mixing matrix would not contract (eigenvalue -1)"));
+  }
   if (!v1::BudgetPolicy_IsValid(o.budget_policy()))
     return absl::InvalidArgumentError(
         "outer.budget_policy is not a known value");

@@ -33,6 +33,11 @@ absl::StatusOr<v1::JobSpec> ParseJobSpec(absl::string_view text);
 // false for the all-reduce algorithms (DILOCO, LOCAL_SGD, DATA_PARALLEL).
 bool IsGossipAlgorithm(v1::Algorithm algorithm);
 
+// The most gossip peers a worker can have in one round of `topology`:
+// 1 (RANDOM_ONE_PEER), 2 (RANDOM_TWO_PEER, RING); 0 for COMPLETE (its
+// weights are 1/n, not checked against a degree).
+uint32_t MaxGossipDegree(v1::Topology topology);
+
 // Parameter count of the model (docs/model.md):
 // P = L(12d^2 + 13d) + d(2*256 + T + 2).
 uint64_t ModelParameterCount(const v1::ModelSpec& model);

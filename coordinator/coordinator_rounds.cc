@@ -215,7 +215,8 @@ v1::Assignment Coordinator::BuildAssignment(const JobRec& job,
   a.set_alpha(weights.alpha);
   if (weights.gossip)
     for (uint32_t j : round.schedule.PeersOf(rank))
-      add_peer(a.mutable_peers(), members[j], weights.peer_weight);
+      add_peer(a.mutable_peers(), members[j],
+               weights.PeerWeight(round.schedule, rank, j));
   if (weights.ring)
     for (uint64_t id : members)
       add_peer(a.mutable_ring_order(), id, weights.ring_weight);

@@ -151,4 +151,11 @@ EdgeWeights RoundWeights(const v1::JobSpec& spec, uint32_t n) {
   return w;
 }
 
+float EdgeWeights::PeerWeight(const RoundSchedule& s, uint32_t i,
+                              uint32_t j) const {
+  if (ring) return peer_weight;  // complete graph: full averaging
+  const uint32_t degree = std::max(s.Degree(i), s.Degree(j));
+  return peer_weight * 2.0f / static_cast<float>(1 + degree);
+}
+
 }  // namespace gasloc::coordinator

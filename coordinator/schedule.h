@@ -94,7 +94,14 @@ ScheduleKey RoundKey(const v1::JobSpec& spec, uint64_t round, uint64_t epoch);
 
 // The edge weights of a round with n members, the same at both ends of
 // every edge:
-//   gossip on a sparse graph: alpha = outer.alpha, lambda = outer.lambda
+//   gossip on a sparse graph: alpha = outer.alpha and, Metropolis-style,
+//     lambda_ij = outer.lambda * 2 / (1 + max(deg_i, deg_j)) with the
+//     degrees of the round's graph. Degree 1 at both ends (a matching)
+//     keeps lambda; two peers give 2/3 of it, so with the defaults
+//     (alpha 1/2, lambda 1) every worker keeps weight >= 1/3 on its own y
+//     and an even cycle's alternating mode is damped (it had eigenvalue
+//     -1 with lambda_ij = lambda). ValidateJobSpec refuses an alpha x
+//     lambda for which this matrix would not contract.
 //   complete graph (TOPOLOGY_COMPLETE, every all-reduce algorithm):
 //     alpha = 1/n and lambda = 1, so alpha * lambda = 1/n (full
 //     averaging); every member in ring order with weight 1/n.
@@ -102,8 +109,10 @@ struct EdgeWeights {
   bool gossip = false;    // the round has gossip peers
   bool ring = false;      // the round has a ring order (complete graph)
   float alpha = 0;        // outer step size
-  float peer_weight = 0;  // lambda on every gossip edge
+  float peer_weight = 0;  // lambda (the scale of every gossip edge)
   float ring_weight = 0;  // weight of every member of the ring
+  // lambda_ij of the edge between members i and j of `s` (symmetric).
+  float PeerWeight(const RoundSchedule& s, uint32_t i, uint32_t j) const;
 };
 EdgeWeights RoundWeights(const v1::JobSpec& spec, uint32_t n);
 

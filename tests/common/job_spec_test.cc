@@ -108,6 +108,22 @@ INSTANTIATE_TEST_SUITE_P(
                  [](v1::JobSpec* s) { s->mutable_data()->clear_corpus_path(); }},
         BadField{"outer.alpha",
                  [](v1::JobSpec* s) { s->mutable_outer()->set_alpha(2.0f); }},
+        // alpha * lambda = 1 on a one-peer matching swaps the two models
+        // (eigenvalue -1): refused, naming alpha.
+        BadField{"outer.alpha",
+                 [](v1::JobSpec* s) {
+                   s->mutable_outer()->set_topology(
+                       v1::TOPOLOGY_RANDOM_ONE_PEER);
+                   s->mutable_outer()->set_alpha(1.0f);
+                   s->mutable_outer()->set_lambda(1.0f);
+                 }},
+        // Degree 2 with Metropolis weights: alpha * lambda must be < 3/4.
+        BadField{"outer.alpha",
+                 [](v1::JobSpec* s) {
+                   s->mutable_outer()->set_topology(v1::TOPOLOGY_RING);
+                   s->mutable_outer()->set_alpha(0.8f);
+                   s->mutable_outer()->set_lambda(1.0f);
+                 }},
         BadField{"outer.min_local_steps",
                  [](v1::JobSpec* s) {
                    s->mutable_outer()->set_local_steps(10);

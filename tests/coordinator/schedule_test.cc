@@ -2,6 +2,8 @@
 // odd worker out, and reproducibility from (seed, round, epoch).
 #include "coordinator/schedule.h"
 
+#include <cmath>
+
 #include <map>
 #include <set>
 
@@ -191,6 +193,61 @@ TEST(ScheduleTest, RoundWeightsCompleteGraphAverageFully) {
   EXPECT_EQ(w.alpha, 0.2f);
   EXPECT_EQ(w.ring_weight, 0.2f);
   EXPECT_EQ(RoundTopology(spec), v1::TOPOLOGY_COMPLETE);
+}
+
+// The mixing matrix of a gossip round, theta' = W y with
+// W = I - alpha * (weighted Laplacian), applied to x.
+std::vector<double> ApplyMixing(const v1::JobSpec& spec,
+                                const RoundSchedule& s,
+                                const std::vector<double>& x) {
+  const EdgeWeights w = RoundWeights(spec, s.n);
+  std::vector<double> out(x);
+  for (uint32_t i = 0; i < s.n; ++i)
+    for (uint32_t j : s.PeersOf(i))
+      out[i] -= w.alpha * w.PeerWeight(s, i, j) * (x[i] - x[j]);
+  return out;
+}
+
+// Default weights (alpha 1/2, lambda 1) on an even ring: alpha * lambda =
+// 1/2 per edge with two peers gave the worker's own y weight 0 and the
+// alternating mode eigenvalue -1 (never damped). Metropolis-style weights
+// (scaled by 2 / (1 + max degree of the edge's ends)) damp it, and keep the
+// one-peer matching's exact pair average.
+TEST(ScheduleTest, DefaultWeightsDampTheAlternatingModeOfAnEvenRing) {
+  v1::JobSpec spec;
+  spec.mutable_outer()->set_algorithm(v1::ALGORITHM_GASLOC);
+  spec.mutable_outer()->set_alpha(0.5f);
+  spec.mutable_outer()->set_lambda(1.0f);
+  for (v1::Topology topology :
+       {v1::TOPOLOGY_RING, v1::TOPOLOGY_RANDOM_TWO_PEER}) {
+    spec.mutable_outer()->set_topology(topology);
+    for (uint64_t round = 0; round < 50; ++round) {
+      const RoundSchedule s = PlanSchedule(RoundKey(spec, round, 0), 6);
+      // Every row of W: nonnegative self weight, sums to 1, symmetric.
+      const EdgeWeights w = RoundWeights(spec, s.n);
+      for (uint32_t i = 0; i < s.n; ++i) {
+        double off = 0;
+        for (uint32_t j : s.PeersOf(i)) {
+          off += w.alpha * w.PeerWeight(s, i, j);
+          EXPECT_EQ(w.PeerWeight(s, i, j), w.PeerWeight(s, j, i));
+        }
+        EXPECT_GT(1.0 - off, 0.0) << "member " << i << " round " << round;
+      }
+    }
+  }
+  spec.mutable_outer()->set_topology(v1::TOPOLOGY_RING);
+  const RoundSchedule ring = PlanSchedule(RoundKey(spec, 0, 0), 4);
+  const std::vector<double> alternating = {1, -1, 1, -1};
+  const std::vector<double> mixed = ApplyMixing(spec, ring, alternating);
+  for (int i = 0; i < 4; ++i)
+    EXPECT_LT(std::abs(mixed[i]), 0.5) << "member " << i;
+  // One peer (degree 1 at both ends): still exact pair averaging.
+  spec.mutable_outer()->set_topology(v1::TOPOLOGY_RANDOM_ONE_PEER);
+  const RoundSchedule matching = PlanSchedule(RoundKey(spec, 0, 0), 4);
+  const EdgeWeights w = RoundWeights(spec, 4);
+  for (uint32_t i = 0; i < 4; ++i)
+    for (uint32_t j : matching.PeersOf(i))
+      EXPECT_EQ(w.alpha * w.PeerWeight(matching, i, j), 0.5f);
 }
 
 }  // namespace
