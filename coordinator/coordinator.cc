@@ -121,13 +121,20 @@ absl::Status Coordinator::Load(absl::Time now, bool restart) {
 void Coordinator::Open(Transaction& txn) {
   txn_ = &txn;
   event_seq_at_open_ = event_seq_;
+  wrote_ = false;
 }
 
 absl::Status Coordinator::Close(Transaction& txn, absl::Time now) {
   txn_ = nullptr;
   absl::Status committed = txn.Commit();
   if (!committed.ok()) RollBackMemory(now);
-  changed_.SignalAll();
+  // Wake the waiters only when the call changed something they wait for
+  // (every such change is written or is an event). A call that changed
+  // nothing (an idle long-poll's check) must not wake the others: each
+  // wake starts a transaction of its own, and idle polls woke each other
+  // in a loop.
+  if (wrote_ || event_seq_ != event_seq_at_open_ || !committed.ok())
+    changed_.SignalAll();
   return committed;
 }
 
@@ -174,6 +181,7 @@ void Coordinator::TickForRead(absl::Time now) {
 }
 
 void Coordinator::Write(absl::FunctionRef<absl::Status(Store&)> write) {
+  wrote_ = true;
   if (txn_ != nullptr) txn_->Write(write);
 }
 

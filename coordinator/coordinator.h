@@ -181,7 +181,8 @@ class Coordinator {
   // Runs `body(now)`, which makes one call's changes (and returns a Status
   // or StatusOr), in one transaction and commits it. A failed commit rolls
   // back the database and the memory (RollBackMemory) and is returned
-  // (UNAVAILABLE) instead of the body's result. Wakes waiters either way.
+  // (UNAVAILABLE) instead of the body's result. Wakes the waiters if the
+  // call wrote something, added an event or was rolled back.
   template <typename Body>
   auto Call(Body&& body) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     const absl::Time now = clock_->Now();
@@ -271,12 +272,15 @@ class Coordinator {
   const Clock* const clock_;
 
   mutable absl::Mutex mu_;
-  absl::CondVar changed_;  // signalled on every state change
+  absl::CondVar changed_;  // signalled when a call wrote or added an event
   std::unique_ptr<Store> store_ ABSL_GUARDED_BY(mu_);
   // The transaction of the call in progress (null between calls) and the
   // event sequence number when it opened (what a rollback returns to).
   Transaction* txn_ ABSL_GUARDED_BY(mu_) = nullptr;
   uint64_t event_seq_at_open_ ABSL_GUARDED_BY(mu_) = 0;
+  // Whether the call in progress wrote anything (Write): Close wakes the
+  // waiters only then (or when it added an event).
+  bool wrote_ ABSL_GUARDED_BY(mu_) = false;
   Membership membership_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, JobRec> jobs_ ABSL_GUARDED_BY(mu_);
   uint64_t next_job_id_ ABSL_GUARDED_BY(mu_) = 1;

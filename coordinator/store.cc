@@ -320,9 +320,11 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path) {
   std::unique_ptr<Store> store(new Store(db));
   sqlite3_busy_timeout(db, 5000);
   if (path != ":memory:") {
-    // WAL: readers never block the writer, one fsync per commit at most.
+    // WAL: readers never block the writer. FULL: the WAL is fsynced at
+    // every commit, so a power loss cannot drop a commit (and hand out its
+    // worker or job id again); one fsync per call that writes.
     RETURN_IF_ERROR(store->Exec("PRAGMA journal_mode=WAL"));
-    RETURN_IF_ERROR(store->Exec("PRAGMA synchronous=NORMAL"));
+    RETURN_IF_ERROR(store->Exec("PRAGMA synchronous=FULL"));
   }
   RETURN_IF_ERROR(Annotate(store->Migrate(), path));
   return store;
@@ -345,6 +347,13 @@ absl::Status Store::Exec(absl::string_view sql) {
 absl::StatusOr<int> Store::SchemaVersion() {
   Statement q(db_, "PRAGMA user_version");
   if (!q.Next()) return q.status().ok() ? SqlError(db_, "user_version")
+                                        : q.status();
+  return static_cast<int>(q.ColInt(0));
+}
+
+absl::StatusOr<int> Store::SynchronousLevel() {
+  Statement q(db_, "PRAGMA synchronous");
+  if (!q.Next()) return q.status().ok() ? SqlError(db_, "synchronous")
                                         : q.status();
   return static_cast<int>(q.ColInt(0));
 }

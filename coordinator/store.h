@@ -122,6 +122,10 @@ class Store {
 
   // Runs raw SQL (tests build old schema versions with it).
   absl::Status Exec(absl::string_view sql);
+  // PRAGMA synchronous of this connection: 2 (FULL) for a file, so a
+  // commit is on disk when it returns and a power loss cannot drop it (a
+  // lost commit would hand out a worker or job id again).
+  absl::StatusOr<int> SynchronousLevel();
 
   // Test hook, a store that fails on demand: `hook` is asked before every
   // Begin, Commit and write (Put*, DeleteMember, PruneRounds) with the

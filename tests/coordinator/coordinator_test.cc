@@ -3,6 +3,7 @@
 // stopping, restart from SQLite, and long-poll wake-ups.
 #include "coordinator/coordinator.h"
 
+#include <atomic>
 #include <cstdio>
 #include <map>
 #include <set>
@@ -707,6 +708,33 @@ TEST_F(CoordinatorStoreFailureTest, AReadWhoseTickFailsAnswersFromTheDisk) {
   EXPECT_EQ(Beat(a).status().code(), absl::StatusCode::kNotFound);
   Restart();
   EXPECT_EQ(coord_->ListWorkers({}).workers_size(), 0) << "dead on disk too";
+}
+
+// Two idle workers long-poll with no job: a poll that changes nothing must
+// not wake the other one (which would start another transaction, and so on:
+// the long-polls woke each other and burned a core). Each poll re-checks at
+// most every 500 ms, so 1 s of two polls is a handful of transactions.
+TEST_F(CoordinatorTest, IdleLongPollsDoNotWakeEachOther) {
+  auto store = Store::Open(":memory:");
+  ASSERT_TRUE(store.ok()) << store.status();
+  std::atomic<int> begins{0};
+  (*store)->SetFailureHook([&](absl::string_view op) {
+    if (op == "Begin") ++begins;
+    return absl::OkStatus();
+  });
+  Make(std::move(*store));
+  const std::vector<uint64_t> ids = RegisterN(2);
+  const int before = begins.load();
+  std::vector<std::thread> polls;
+  for (uint64_t id : ids)
+    polls.emplace_back([&, id] {
+      auto r = Ask(id, 0, -1, /*wait_ms=*/1000);
+      EXPECT_TRUE(r.ok()) << r.status();
+      EXPECT_EQ(r->kind(), v1::ASSIGNMENT_KIND_NONE);
+    });
+  for (auto& t : polls) t.join();
+  // 2 polls x (1 + 1000 ms / 500 ms) transactions, with slack.
+  EXPECT_LE(begins.load() - before, 12);
 }
 
 }  // namespace

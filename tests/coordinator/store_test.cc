@@ -102,6 +102,16 @@ TEST(StoreTest, RoundTripsEveryTable) {
   EXPECT_TRUE((*store)->LoadRounds(3, 0)->empty());
 }
 
+// Durable commits: synchronous=FULL fsyncs the WAL at every commit, so a
+// power loss cannot undo a commit that handed out a worker or job id.
+TEST(StoreTest, FileCommitsAreDurable) {
+  auto store = Store::Open(TempDb("store_durable.sqlite"));
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto level = (*store)->SynchronousLevel();
+  ASSERT_TRUE(level.ok()) << level.status();
+  EXPECT_EQ(*level, 2);  // FULL
+}
+
 TEST(StoreTest, MigratesAVersionOneFile) {
   const std::string path = TempDb("store_v1.sqlite");
   sqlite3* db = nullptr;
