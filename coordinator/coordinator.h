@@ -62,6 +62,8 @@ struct CoordinatorOptions {
   double ema_weight = 0.3;
   // Budget changes kept in JobStatus.budget_changes (newest last).
   int max_budget_changes = 32;
+  // Worker failures kept in JobStatus.failures (newest last).
+  int max_failures = 32;
   // Planned rounds kept (in memory and in SQLite) per job.
   uint64_t rounds_kept = 64;
   // A RUNNING job with no live member for this long FAILS.
@@ -167,6 +169,10 @@ class Coordinator {
     std::map<int64_t, uint32_t> progress_counts;
     double loss_sum = 0, bpb_sum = 0;
     int64_t loss_n = 0, bpb_n = 0;
+    // Members whose latest report was a failed set-up, with its error
+    // (memory only: after a restart the members report again). A job
+    // whose every member is here FAILS (ApplyFailure).
+    std::map<uint64_t, std::string> setup_failures;
   };
 
   Coordinator(CoordinatorOptions options, std::unique_ptr<Store> store,
@@ -264,6 +270,11 @@ class Coordinator {
                                 const std::string& message) const;
   absl::Status ApplyReport(const v1::ReportRoundRequest& request,
                            absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A report whose outcome is a failure: recorded in the job's status
+  // (failures, a FAILURE event, the metric); a set-up failure of every
+  // member fails the job with the reason.
+  void ApplyFailure(JobRec& job, const v1::ReportRoundRequest& request,
+                    absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static const EpochRec* EpochOf(const JobRec& job, uint64_t epoch);
   static RoundRec MakeRoundRec(const JobRec& job, uint64_t round,
                                uint64_t epoch, int64_t deadline_unix_ms);

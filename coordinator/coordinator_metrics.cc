@@ -61,6 +61,10 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& registry)
       leaves_(CounterFamily("gasloc_coordinator_worker_leaves_total",
                             "Workers that left the cluster, by reason",
                             registry)),
+      failures_(CounterFamily(
+          "gasloc_coordinator_worker_failures_total",
+          "Failed job set-ups and rounds reported by workers, by kind",
+          registry)),
       rounds_planned_(CounterFamily("gasloc_coordinator_rounds_planned_total",
                                     "Outer rounds planned", registry)),
       budget_changes_(CounterFamily(
@@ -83,6 +87,7 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& registry)
   // Every reason and method from the start, so rates see 0, not nothing.
   for (const char* reason : {"registered", "restored"}) joins_.Add({{"reason", reason}});
   for (const char* reason : {"left", "lease_expired"}) leaves_.Add({{"reason", reason}});
+  for (const char* kind : {"setup", "round"}) failures_.Add({{"kind", kind}});
   for (const char* method : kRpcMethods)
     rpc_counters_[method] = &rpcs_.Add({{"method", method}});
 }
@@ -93,6 +98,10 @@ void CoordinatorMetrics::RecordWorkerJoin(const char* reason) {
 
 void CoordinatorMetrics::RecordWorkerLeave(const char* reason) {
   leaves_.Add({{"reason", reason}}).Increment();
+}
+
+void CoordinatorMetrics::RecordWorkerFailure(const char* kind) {
+  failures_.Add({{"kind", kind}}).Increment();
 }
 
 void CoordinatorMetrics::BeginJob(uint64_t job_id) {

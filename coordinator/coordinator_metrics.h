@@ -60,6 +60,9 @@ class CoordinatorMetrics {
   void RecordWorkerJoin(const char* reason);
   // reason: "left" (LeaveWorker) or "lease_expired".
   void RecordWorkerLeave(const char* reason);
+  // kind: "setup" (a worker could not set up its job) or "round" (a round
+  // failed after the set-up), as reported in ReportRound.outcome.
+  void RecordWorkerFailure(const char* kind);
   // A job became RUNNING: its series start (at 0); EndJob removes them.
   void BeginJob(uint64_t job_id);
   void EndJob(uint64_t job_id);
@@ -71,6 +74,7 @@ class CoordinatorMetrics {
  private:
   prometheus::Family<prometheus::Counter>& joins_;
   prometheus::Family<prometheus::Counter>& leaves_;
+  prometheus::Family<prometheus::Counter>& failures_;
   prometheus::Family<prometheus::Counter>& rounds_planned_;
   prometheus::Family<prometheus::Counter>& budget_changes_;
   prometheus::Family<prometheus::Counter>& rpcs_;

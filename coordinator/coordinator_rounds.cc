@@ -377,6 +377,13 @@ absl::Status Coordinator::ApplyReport(const v1::ReportRoundRequest& request,
     return absl::InvalidArgumentError(absl::StrCat(
         "round ", request.round(), " of job ", request.job_id(),
         " was not planned (rounds planned: ", job.next_round, ")"));
+  if (request.outcome() == v1::ROUND_OUTCOME_SETUP_FAILED ||
+      request.outcome() == v1::ROUND_OUTCOME_FAILED) {
+    ApplyFailure(job, request, now);
+    TickLocked(now);
+    return absl::OkStatus();
+  }
+  job.setup_failures.erase(request.worker_id());
   StoredMember& m = mit->second;
   if (static_cast<int64_t>(request.round()) <= m.last_reported_round)
     return absl::OkStatus();  // a duplicate
@@ -415,6 +422,54 @@ absl::Status Coordinator::ApplyReport(const v1::ReportRoundRequest& request,
   SaveJob(job);
   TickLocked(now);
   return absl::OkStatus();
+}
+
+void Coordinator::ApplyFailure(JobRec& job,
+                               const v1::ReportRoundRequest& request,
+                               absl::Time now) {
+  v1::JobStatus& st = job.stored.status;
+  const bool setup = request.outcome() == v1::ROUND_OUTCOME_SETUP_FAILED;
+  const uint64_t wid = request.worker_id();
+  // A retried report (same worker, round and outcome) is recorded once.
+  for (const v1::WorkerFailure& f : st.failures())
+    if (f.worker_id() == wid && f.round() == request.round() &&
+        f.outcome() == request.outcome())
+      return;
+  const std::string error =
+      request.error().empty() ? "no reason given" : request.error();
+  v1::WorkerFailure* f = st.add_failures();
+  f->set_worker_id(wid);
+  f->set_round(request.round());
+  f->set_outcome(request.outcome());
+  f->set_error(error);
+  f->set_unix_ms(absl::ToUnixMillis(now));
+  const int excess = st.failures_size() - options_.max_failures;
+  if (excess > 0) st.mutable_failures()->DeleteSubrange(0, excess);
+  const char* kind = setup ? "setup" : "round";
+  Metric([kind](CoordinatorMetrics& m) { m.RecordWorkerFailure(kind); });
+  const std::string what =
+      absl::StrCat("worker ", wid, " round ", request.round(),
+                   setup ? ": job set-up failed: " : ": round failed: ", error);
+  GASLOC_LOG(WARNING) << "job " << st.job_id() << " " << what;
+  AddEvent(job, v1::JOB_EVENT_KIND_FAILURE, what, now);
+  if (setup) {
+    job.setup_failures[wid] = error;
+  } else {
+    job.setup_failures.erase(wid);
+  }
+  // A job none of whose members could set it up cannot train: it FAILS
+  // with the reason rather than planning rounds nobody runs.
+  for (const auto& [member, m] : job.members)
+    if (!job.setup_failures.count(member)) {
+      SaveJob(job);
+      return;
+    }
+  EndJob(job, v1::JOB_STATE_FAILED,
+         absl::StrCat("every worker failed to set up the job (",
+                      job.members.size(), " of ", job.members.size(),
+                      "); worker ", job.setup_failures.begin()->first, ": ",
+                      job.setup_failures.begin()->second),
+         now);
 }
 
 }  // namespace gasloc::coordinator

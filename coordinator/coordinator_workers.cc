@@ -59,6 +59,7 @@ void Coordinator::ReleaseWorker(WorkerRec& w, absl::Time now) {
     if (!member->second.got_stop) Contribute(job, member->second, -1);
     job.members.erase(member);
   }
+  job.setup_failures.erase(worker_id);
   Write([&](Store& s) { return s.DeleteMember(job_id, worker_id); });
   if (job.stored.status.state() == v1::JOB_STATE_RUNNING) {
     UpdateProgress(job, now);

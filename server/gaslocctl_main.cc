@@ -182,6 +182,18 @@ void PrintJobDetail(const v1::JobStatus& job) {
       {"ended:", ms(job.ended_unix_ms())},
       {"eta:", FormatEta(job.eta_seconds())},
   });
+  if (job.failures_size() > 0) {
+    std::printf("worker failures (newest last):\n");
+    std::vector<std::vector<std::string>> rows = {
+        {"  ROUND", "WORKER", "WHAT", "ERROR"}};
+    for (const auto& f : job.failures())
+      rows.push_back({absl::StrCat("  ", f.round()), absl::StrCat(f.worker_id()),
+                      f.outcome() == v1::ROUND_OUTCOME_SETUP_FAILED
+                          ? "set-up"
+                          : "round",
+                      f.error()});
+    PrintTable(rows);
+  }
   if (job.budget_changes_size() > 0) {
     std::printf("budget changes (newest last):\n");
     std::vector<std::vector<std::string>> rows = {

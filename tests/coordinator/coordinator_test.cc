@@ -737,5 +737,67 @@ TEST_F(CoordinatorTest, IdleLongPollsDoNotWakeEachOther) {
   EXPECT_LE(begins.load() - before, 12);
 }
 
+// ReportRound with a failure outcome: recorded (status.failures, a FAILURE
+// event); when every member failed to set the job up, the job FAILS with
+// the reason; a member that completes a round keeps the job alive.
+TEST_F(CoordinatorTest, EveryMemberFailingSetUpFailsTheJobWithTheReason) {
+  const std::vector<uint64_t> ids = RegisterN(2);
+  const uint64_t job = Start(Spec(/*min_workers=*/2));
+  for (uint64_t id : ids) ASSERT_TRUE(Ask(id, job, -1).ok());
+  auto fail = [&](uint64_t id, uint64_t round) {
+    v1::ReportRoundRequest req;
+    req.set_worker_id(id);
+    req.set_job_id(job);
+    req.set_round(round);
+    req.set_outcome(v1::ROUND_OUTCOME_SETUP_FAILED);
+    req.set_error("cannot set up the job: corpus /data/corpus.txt does not exist");
+    return coord_->ReportRound(req);
+  };
+  ASSERT_TRUE(fail(ids[0], 0).ok());
+  ASSERT_TRUE(fail(ids[0], 0).ok());  // a retry is recorded once
+  auto st = coord_->GetJob(job);
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->state(), v1::JOB_STATE_RUNNING);  // worker 2 may still train
+  ASSERT_EQ(st->failures_size(), 1);
+  EXPECT_EQ(st->failures(0).worker_id(), ids[0]);
+  EXPECT_EQ(st->failures(0).outcome(), v1::ROUND_OUTCOME_SETUP_FAILED);
+  EXPECT_THAT(st->failures(0).error(), HasSubstr("does not exist"));
+
+  ASSERT_TRUE(fail(ids[1], 0).ok());
+  st = coord_->GetJob(job);
+  EXPECT_EQ(st->state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(st->message(), HasSubstr("every worker failed to set up the job"));
+  EXPECT_THAT(st->message(), HasSubstr("corpus /data/corpus.txt does not exist"));
+  auto events = coord_->WaitJobEvents(job, 0, absl::ZeroDuration());
+  ASSERT_TRUE(events.ok());
+  int failures = 0;
+  for (const v1::JobEvent& e : events->events)
+    failures += e.kind() == v1::JOB_EVENT_KIND_FAILURE;
+  EXPECT_EQ(failures, 2);
+  // The workers are idle again and told to stop.
+  auto a = Ask(ids[0], job, 0);
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->kind(), v1::ASSIGNMENT_KIND_STOP);
+}
+
+TEST_F(CoordinatorTest, ACompletedRoundClearsASetUpFailure) {
+  const std::vector<uint64_t> ids = RegisterN(2);
+  const uint64_t job = Start(Spec(/*min_workers=*/2));
+  for (uint64_t id : ids) ASSERT_TRUE(Ask(id, job, -1).ok());
+  v1::ReportRoundRequest req;
+  req.set_worker_id(ids[0]);
+  req.set_job_id(job);
+  req.set_round(0);
+  req.set_outcome(v1::ROUND_OUTCOME_SETUP_FAILED);
+  req.set_error("no corpus");
+  ASSERT_TRUE(coord_->ReportRound(req).ok());
+  ASSERT_TRUE(Report(ids[1], job, 0).ok());
+  req.set_worker_id(ids[1]);
+  req.set_round(0);
+  req.set_outcome(v1::ROUND_OUTCOME_FAILED);  // a round failure, not set-up
+  ASSERT_TRUE(coord_->ReportRound(req).ok());
+  EXPECT_EQ(coord_->GetJob(job)->state(), v1::JOB_STATE_RUNNING);
+}
+
 }  // namespace
 }  // namespace gasloc::coordinator

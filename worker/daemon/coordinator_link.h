@@ -8,7 +8,8 @@
 //
 // Errors follow the service: UNAVAILABLE / DEADLINE_EXCEEDED = the call may
 // be retried; NOT_FOUND = the coordinator does not know this worker (it
-// restarted or the lease expired: register again); CANCELLED = CancelWaits
+// restarted or the lease expired: register again) or, with a message
+// starting "job ", the job (IsUnknownJob: drop it); CANCELLED = CancelWaits
 // was called.
 //
 // Thread safety: implementations must allow every method to be called
@@ -23,9 +24,18 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
 #include "gasloc/v1/coordinator.pb.h"
 
 namespace gasloc {
+
+// True for the coordinator's NOT_FOUND about a job ("job 42 not found"):
+// the job is unknown (the coordinator lost its database), as opposed to an
+// unknown worker (register again).
+inline bool IsUnknownJob(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kNotFound &&
+         absl::StartsWith(status.message(), "job ");
+}
 
 class CoordinatorLink {
  public:

@@ -258,8 +258,10 @@ void WorkerDaemon::DropJob(const std::string& why) {
   job_.reset();
 }
 
-absl::Status WorkerDaemon::RunAssignment(const v1::Assignment& assignment) {
+absl::Status WorkerDaemon::RunAssignment(const v1::Assignment& assignment,
+                                         v1::RoundOutcome* outcome) {
   absl::MutexLock job_lock(&job_mu_);
+  *outcome = v1::ROUND_OUTCOME_SETUP_FAILED;
   auto prepared = PrepareJob(assignment);
   if (!prepared.ok()) {
     // Nothing of the job was kept (heartbeats say idle); the next
@@ -272,6 +274,7 @@ absl::Status WorkerDaemon::RunAssignment(const v1::Assignment& assignment) {
     return Annotate(prepared.status(), "cannot set up the job");
   }
   Job* job = *prepared;
+  *outcome = v1::ROUND_OUTCOME_FAILED;
   {
     absl::MutexLock lock(&mu_);
     runner_for_cancel_ = job->runner.get();
@@ -327,10 +330,39 @@ absl::Status WorkerDaemon::RunAssignment(const v1::Assignment& assignment) {
                    << report->exchange_seconds() << " s, peer distance "
                    << report->peer_distance() << ", "
                    << report->failed_peers_size() << " failed peer(s)";
-  absl::Status reported = coordinator_->ReportRound(*report);
-  if (!reported.ok())
-    GASLOC_LOG(WARNING) << "ReportRound failed (continuing): " << reported;
+  *outcome = v1::ROUND_OUTCOME_COMPLETED;
+  v1::ReportRoundRequest completed = *report;
+  completed.set_outcome(v1::ROUND_OUTCOME_COMPLETED);
+  if (IsUnknownJob(SendReport(completed)))
+    DropJob("the coordinator does not know the job (its state was lost)");
   return absl::OkStatus();
+}
+
+absl::Status WorkerDaemon::SendReport(v1::ReportRoundRequest report) {
+  absl::Duration backoff = options_.retry_backoff;
+  while (!stopping_) {
+    // The current id: a re-registration (heartbeat thread) may have
+    // changed it since the round ran.
+    report.set_worker_id(worker_id_.load());
+    absl::Status sent = coordinator_->ReportRound(report);
+    if (sent.ok()) return sent;
+    const absl::StatusCode code = sent.code();
+    if (code != absl::StatusCode::kUnavailable &&
+        code != absl::StatusCode::kDeadlineExceeded) {
+      // Not retryable: the coordinator forgot this worker or the job, or
+      // the worker is no longer a member. The report is stale.
+      GASLOC_LOG(WARNING) << "ReportRound for job " << report.job_id()
+                          << " round " << report.round()
+                          << " not accepted (dropped): " << sent;
+      return sent;
+    }
+    GASLOC_LOG(WARNING) << "ReportRound for job " << report.job_id()
+                        << " round " << report.round() << " failed, retrying in "
+                        << backoff << ": " << sent;
+    WaitForShutdown(backoff);
+    backoff = std::min(2 * backoff, options_.max_retry_backoff);
+  }
+  return absl::CancelledError("shutting down before the report was accepted");
 }
 
 void WorkerDaemon::PollOnce() {
@@ -344,12 +376,22 @@ void WorkerDaemon::PollOnce() {
   if (stopping_) return;
   if (!assignment.ok()) {
     GASLOC_LOG(WARNING) << "GetAssignment: " << assignment.status();
+    if (poll_job_id_ != 0 && IsUnknownJob(assignment.status())) {
+      // The coordinator lost its state (a new database): the job is gone
+      // for good. Drop it and ask for any new work.
+      absl::MutexLock job_lock(&job_mu_);
+      DropJob(absl::StrCat("the coordinator does not know job ", poll_job_id_,
+                           " (", assignment.status().message(), ")"));
+      poll_job_id_ = 0;
+      poll_after_round_ = -1;
+    }
     WaitForShutdown(options_.retry_backoff);
     return;
   }
   switch (assignment->kind()) {
     case v1::ASSIGNMENT_KIND_ROUND: {
-      absl::Status ran = RunAssignment(*assignment);
+      v1::RoundOutcome outcome = v1::ROUND_OUTCOME_UNSPECIFIED;
+      absl::Status ran = RunAssignment(*assignment, &outcome);
       if (stopping_) return;
       if (!ran.ok()) {
         const absl::Status error = Annotate(
@@ -362,6 +404,14 @@ void WorkerDaemon::PollOnce() {
           absl::MutexLock lock(&mu_);
           last_error_ = error;
         }
+        // The coordinator learns every failure with its reason (a job
+        // nobody can set up then ends FAILED instead of running empty).
+        v1::ReportRoundRequest failure;
+        failure.set_job_id(assignment->job_id());
+        failure.set_round(assignment->round());
+        failure.set_outcome(outcome);
+        failure.set_error(std::string(error.message()));
+        SendReport(std::move(failure)).IgnoreError();  // logged there
         WaitForShutdown(options_.retry_backoff);
       }
       poll_job_id_ = assignment->job_id();

@@ -12,11 +12,14 @@
 // a FakeClock; HeartbeatOnce() and PollOnce() are the two loops' bodies,
 // which tests may also call one at a time.
 //
-// Failures never end the daemon: a coordinator that is down is retried, a
-// coordinator that forgot this worker (NOT_FOUND: it restarted) is
-// registered with again, and a job that cannot be set up (its corpus is
-// missing, its spec is invalid) or a round that fails is logged as an
-// error naming the job, counted in the metrics, kept in last_error(), and
+// Failures never end the daemon: a coordinator that is down is retried
+// (round reports too, with back-off, until accepted), a coordinator that
+// forgot this worker (NOT_FOUND: it restarted) is registered with again, a
+// job the coordinator no longer knows (it lost its database) is dropped,
+// and a job that cannot be set up (its corpus is missing, its spec is
+// invalid) or a round that fails is logged as an error naming the job,
+// counted in the metrics, kept in last_error(), reported to the
+// coordinator (ReportRound with the failure outcome and the error), and
 // the daemon asks for the next round.
 //
 // Thread safety: Run() on one thread; Shutdown(), SnapshotModel() (the
@@ -54,6 +57,8 @@ struct WorkerDaemonOptions {
   std::string data_dir = ".";   // fallback checkpoint directory
   absl::Duration assignment_wait = absl::Seconds(10);
   absl::Duration retry_backoff = absl::Milliseconds(500);
+  // Longest back-off between retries of a round report.
+  absl::Duration max_retry_backoff = absl::Seconds(8);
   WorkerMetrics* metrics = nullptr;  // not owned; null = no metrics
   // The clock of every wait and duration (not owned). The transport's
   // mailbox must use the same one.
@@ -126,7 +131,16 @@ class WorkerDaemon {
 
  private:
   struct Job;
-  absl::Status RunAssignment(const v1::Assignment& assignment);
+  // Runs the assignment's round and reports it; `outcome` says how far it
+  // got (SETUP_FAILED, FAILED or COMPLETED) when it returns an error.
+  absl::Status RunAssignment(const v1::Assignment& assignment,
+                             v1::RoundOutcome* outcome);
+  // ReportRound with this worker's current id, retried with back-off
+  // (retry_backoff doubling up to max_retry_backoff) while the coordinator
+  // is unavailable, until accepted or Shutdown(); any other error is
+  // returned (the report is stale: the coordinator forgot the worker or
+  // the job).
+  absl::Status SendReport(v1::ReportRoundRequest report);
   absl::StatusOr<Job*> PrepareJob(const v1::Assignment& assignment)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(job_mu_);
   void DropJob(const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(job_mu_);

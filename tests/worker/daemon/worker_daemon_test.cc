@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -80,6 +81,9 @@ class FakeCoordinator final : public CoordinatorLink {
       if (!KnownLocked(request.worker_id()))
         return absl::NotFoundError(
             absl::StrCat("unknown worker ", request.worker_id()));
+      if (forgotten_jobs_.count(request.job_id()))
+        return absl::NotFoundError(
+            absl::StrCat("job ", request.job_id(), " not found"));
       if (!assignments_.empty()) {
         v1::Assignment next = assignments_.front();
         assignments_.pop_front();
@@ -94,8 +98,16 @@ class FakeCoordinator final : public CoordinatorLink {
   }
   absl::Status ReportRound(const v1::ReportRoundRequest& request) override {
     absl::MutexLock lock(&mu_);
+    ++report_calls_;
+    if (unavailable_reports_ > 0) {
+      --unavailable_reports_;
+      return absl::UnavailableError("coordinator down");
+    }
     if (!KnownLocked(request.worker_id()))
       return absl::NotFoundError("unknown worker");
+    if (forgotten_jobs_.count(request.job_id()))
+      return absl::NotFoundError(
+          absl::StrCat("job ", request.job_id(), " not found"));
     reports_.push_back(request);
     return absl::OkStatus();
   }
@@ -108,6 +120,23 @@ class FakeCoordinator final : public CoordinatorLink {
   void Restart() {
     absl::MutexLock lock(&mu_);
     known_.clear();
+  }
+  // The coordinator lost its database: `job` is unknown (NOT_FOUND).
+  void ForgetJob(uint64_t job) {
+    absl::MutexLock lock(&mu_);
+    forgotten_jobs_.insert(job);
+  }
+  void FailReports(int n) {
+    absl::MutexLock lock(&mu_);
+    unavailable_reports_ = n;
+  }
+  int report_calls() const {
+    absl::MutexLock lock(&mu_);
+    return report_calls_;
+  }
+  std::vector<v1::GetAssignmentRequest> polls() const {
+    absl::MutexLock lock(&mu_);
+    return polls_;
   }
   void FailRegistrations(int n) {
     absl::MutexLock lock(&mu_);
@@ -155,6 +184,9 @@ class FakeCoordinator final : public CoordinatorLink {
   int registers_ ABSL_GUARDED_BY(mu_) = 0;
   int unavailable_registers_ ABSL_GUARDED_BY(mu_) = 0;
   int dropped_heartbeats_ ABSL_GUARDED_BY(mu_) = 0;
+  int unavailable_reports_ ABSL_GUARDED_BY(mu_) = 0;
+  int report_calls_ ABSL_GUARDED_BY(mu_) = 0;
+  std::set<uint64_t> forgotten_jobs_ ABSL_GUARDED_BY(mu_);
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   std::deque<v1::Assignment> assignments_ ABSL_GUARDED_BY(mu_);
   std::function<void()> when_empty_ ABSL_GUARDED_BY(mu_);
@@ -350,15 +382,24 @@ TEST_F(WorkerDaemonTest, JobWithAMissingCorpusIsAnErrorNotACrash) {
   EXPECT_EQ(daemon_->HeartbeatOnce(), absl::Seconds(2));
   EXPECT_EQ(coordinator_.heartbeats().back().progress().activity(),
             v1::WORKER_ACTIVITY_IDLE);
-  EXPECT_TRUE(coordinator_.reports().empty());
+  // The coordinator hears of it, with the reason.
+  ASSERT_EQ(coordinator_.reports().size(), 1u);
+  const v1::ReportRoundRequest failure = coordinator_.reports()[0];
+  EXPECT_EQ(failure.job_id(), 9u);
+  EXPECT_EQ(failure.round(), 0u);
+  EXPECT_EQ(failure.worker_id(), 1u);
+  EXPECT_EQ(failure.outcome(), v1::ROUND_OUTCOME_SETUP_FAILED);
+  EXPECT_THAT(failure.error(), HasSubstr("/nonexistent/gasloc/corpus.txt"));
+  EXPECT_EQ(failure.inner_steps(), 0u);
   EXPECT_EQ(clock_.Now() - start, kBackoff);  // backs off before asking again
 
   coordinator_.Hand(Stop(9));
   coordinator_.Hand(Round(10, 0, Spec(corpus_.string())));
   daemon_->PollOnce();
   daemon_->PollOnce();
-  ASSERT_EQ(coordinator_.reports().size(), 1u);
-  EXPECT_EQ(coordinator_.reports()[0].job_id(), 10u);
+  ASSERT_EQ(coordinator_.reports().size(), 2u);
+  EXPECT_EQ(coordinator_.reports()[1].job_id(), 10u);
+  EXPECT_EQ(coordinator_.reports()[1].outcome(), v1::ROUND_OUTCOME_COMPLETED);
 }
 
 TEST_F(WorkerDaemonTest, InvalidJobSpecIsAnErrorNotACrash) {
@@ -371,6 +412,42 @@ TEST_F(WorkerDaemonTest, InvalidJobSpecIsAnErrorNotACrash) {
   EXPECT_THAT(daemon_->last_error().message(),
               HasSubstr("data.corpus_path is required"));
   EXPECT_TRUE(shards_.empty());  // no trainer was built
+}
+
+// A round report sent while the coordinator is down is retried with a
+// doubling back-off until accepted, never dropped.
+TEST_F(WorkerDaemonTest, RoundReportIsRetriedUntilTheCoordinatorTakesIt) {
+  ASSERT_TRUE(daemon_->Register().ok());
+  coordinator_.Hand(Round(7, 0, Spec(corpus_.string())));
+  coordinator_.FailReports(3);
+  const absl::Time start = clock_.Now();
+  daemon_->PollOnce();
+  EXPECT_EQ(coordinator_.report_calls(), 4);
+  ASSERT_EQ(coordinator_.reports().size(), 1u);
+  EXPECT_EQ(coordinator_.reports()[0].round(), 0u);
+  EXPECT_EQ(coordinator_.reports()[0].job_id(), 7u);
+  EXPECT_EQ(clock_.Now() - start, kBackoff + 2 * kBackoff + 4 * kBackoff);
+  EXPECT_TRUE(daemon_->last_error().ok()) << daemon_->last_error();
+}
+
+// The coordinator lost its database: the job the worker runs is unknown
+// (NOT_FOUND "job 7 not found"). The worker drops it and takes new work
+// instead of asking for job 7 forever.
+TEST_F(WorkerDaemonTest, AJobTheCoordinatorNoLongerKnowsIsDropped) {
+  ASSERT_TRUE(daemon_->Register().ok());
+  const v1::JobSpec spec = Spec(corpus_.string());
+  coordinator_.Hand(Round(7, 0, spec));
+  daemon_->PollOnce();
+  ASSERT_EQ(daemon_->job_id(), 7u);
+  coordinator_.ForgetJob(7);
+  daemon_->PollOnce();  // NOT_FOUND for the job: dropped
+  EXPECT_EQ(daemon_->job_id(), 0u);
+  coordinator_.Hand(Round(8, 0, spec));
+  daemon_->PollOnce();
+  EXPECT_EQ(coordinator_.polls().back().job_id(), 0u);  // any job
+  EXPECT_EQ(daemon_->job_id(), 8u);
+  ASSERT_EQ(coordinator_.reports().size(), 2u);
+  EXPECT_EQ(coordinator_.reports()[1].job_id(), 8u);
 }
 
 TEST(DataShardOf, RankAmongTheRingOrTheJobsWorkers) {
