@@ -1,6 +1,8 @@
 // gasloc-train: trains one model in a single process (no coordinator, no
 // gRPC), evaluates it, checkpoints it, resumes it, and generates text from
-// a checkpoint. docs/training.md describes the commands.
+// a checkpoint. docs/training.md describes the commands. Here: flags, the
+// Options, the spec built from them, and the printing; the step loop and
+// its evaluate / checkpoint / log cadence are worker/train/train_loop.h.
 //
 //   gasloc-train train --data=CORPUS --steps=N [--preset=S] [--checkpoint=F]
 //   gasloc-train train --resume=F --steps=N ...
@@ -18,6 +20,7 @@
 #include "common/job_spec.h"
 #include "common/omp_wait_policy.h"
 #include "common/status_macros.h"
+#include "worker/train/train_loop.h"
 #include "worker/train/trainer.h"
 
 ABSL_FLAG(std::string, data, "/usr/share/common-licenses",
@@ -175,22 +178,27 @@ absl::StatusOr<v1::JobSpec> SpecFromOptions(const TrainMainOptions& o) {
   return ApplyJobSpecDefaults(spec);
 }
 
-absl::Status Evaluate(Trainer& trainer) {
-  ASSIGN_OR_RETURN(double bpb, trainer.EvaluateBpb());
-  std::printf("eval step %llu val_bpb %.4f\n",
-              static_cast<unsigned long long>(trainer.step()), bpb);
+// Prints what the loop did: a progress line per --log_every steps, each
+// evaluation and each checkpoint (docs/training.md names the lines; tests
+// and scripts read them).
+void PrintProgress(const TrainProgress& p) {
+  const auto step = static_cast<unsigned long long>(p.step);
+  switch (p.kind) {
+    case TrainProgress::Kind::kLog:
+      std::printf(
+          "step %llu/%llu loss %.4f lr %.3e grad_norm %.3f ms/step %.1f "
+          "tok/s %.0f\n",
+          step, static_cast<unsigned long long>(p.steps), p.mean_loss, p.lr,
+          p.grad_norm, p.ms_per_step, p.tokens_per_second);
+      break;
+    case TrainProgress::Kind::kEvaluated:
+      std::printf("eval step %llu val_bpb %.4f\n", step, p.val_bpb);
+      break;
+    case TrainProgress::Kind::kCheckpointed:
+      std::printf("checkpoint step %llu -> %s\n", step, p.path.c_str());
+      break;
+  }
   std::fflush(stdout);
-  return absl::OkStatus();
-}
-
-absl::Status Checkpoint(Trainer& trainer, const std::string& path) {
-  CheckpointExtras extras;
-  extras.values["gasloc-train.data"] = trainer.spec().data().corpus_path();
-  RETURN_IF_ERROR(trainer.SaveCheckpoint(path, extras));
-  std::printf("checkpoint step %llu -> %s\n",
-              static_cast<unsigned long long>(trainer.step()), path.c_str());
-  std::fflush(stdout);
-  return absl::OkStatus();
 }
 
 absl::Status Train(const TrainMainOptions& o) {
@@ -218,39 +226,15 @@ absl::Status Train(const TrainMainOptions& o) {
                 o.async ? "asynchronous pipeline" : "synchronous");
   }
   std::fflush(stdout);
-  const uint64_t steps = static_cast<uint64_t>(o.steps);
-  double window_loss = 0, window_seconds = 0;
-  int64_t window_tokens = 0, window_steps = 0;
-  while (trainer->step() < steps) {
-    ASSIGN_OR_RETURN(StepStats s, trainer->Step());
-    window_loss += s.loss;
-    window_seconds += s.seconds;
-    window_tokens += s.tokens;
-    ++window_steps;
-    const uint64_t step = trainer->step();
-    if (o.log_every > 0 && (step % o.log_every == 0 || step == steps)) {
-      std::printf(
-          "step %llu/%llu loss %.4f lr %.3e grad_norm %.3f ms/step %.1f "
-          "tok/s %.0f\n",
-          static_cast<unsigned long long>(step),
-          static_cast<unsigned long long>(steps), window_loss / window_steps,
-          s.lr, s.grad_norm, 1e3 * window_seconds / window_steps,
-          window_tokens / window_seconds);
-      std::fflush(stdout);
-      window_loss = window_seconds = 0;
-      window_tokens = window_steps = 0;
-    }
-    if (o.eval_every > 0 && step % o.eval_every == 0 && step != steps) {
-      RETURN_IF_ERROR(Evaluate(*trainer));
-    }
-    if (!o.checkpoint.empty() && o.checkpoint_every > 0 &&
-        step % o.checkpoint_every == 0 && step != steps) {
-      RETURN_IF_ERROR(Checkpoint(*trainer, o.checkpoint));
-    }
-  }
-  RETURN_IF_ERROR(Evaluate(*trainer));
-  if (!o.checkpoint.empty()) RETURN_IF_ERROR(Checkpoint(*trainer, o.checkpoint));
-  return absl::OkStatus();
+  TrainLoopOptions loop;
+  loop.steps = static_cast<uint64_t>(o.steps);
+  loop.log_every = o.log_every;
+  loop.eval_every = o.eval_every;
+  loop.checkpoint_every = o.checkpoint_every;
+  loop.checkpoint_path = o.checkpoint;
+  loop.checkpoint_extras.values["gasloc-train.data"] =
+      trainer->spec().data().corpus_path();
+  return RunTrainLoop(loop, *trainer, PrintProgress);
 }
 
 absl::Status Generate(const TrainMainOptions& o) {

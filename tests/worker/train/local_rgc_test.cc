@@ -13,6 +13,7 @@
 
 #include "gtest/gtest.h"
 #include "tests/support/test_corpus.h"
+#include "tests/worker/train/tiny_trainer.h"
 #include "worker/train/stage_partition.h"
 #include "worker/train/trainer.h"
 
@@ -52,11 +53,7 @@ v1::JobSpec SmallSpec(v1::TrainMode mode, int stages, bool asynchronous) {
 }
 
 std::unique_ptr<Trainer> MakeTrainer(const v1::JobSpec& spec) {
-  TrainerOptions options;
-  options.spec = spec;
-  auto trainer = Trainer::Create(options);
-  EXPECT_TRUE(trainer.ok()) << trainer.status();
-  return trainer.ok() ? std::move(*trainer) : nullptr;
+  return gasloc::testing::MakeTrainerOf(spec);
 }
 
 bool SameBits(const FloatArena& a, const FloatArena& b) {

@@ -9,45 +9,22 @@
 
 #include "gtest/gtest.h"
 #include "tests/support/test_corpus.h"
+#include "tests/worker/train/tiny_trainer.h"
 
 namespace gasloc {
 namespace {
 
 constexpr const char* kShakespeare = gasloc::testing::kTinyShakespeare;
 
-v1::JobSpec TinySpec() {
-  v1::JobSpec spec;
-  spec.set_name("trainer-test");
-  spec.mutable_model()->set_layers(2);
-  spec.mutable_model()->set_d_model(32);
-  spec.mutable_model()->set_heads(2);
-  spec.mutable_model()->set_context(32);
-  spec.mutable_training()->set_batch(4);
-  spec.mutable_training()->set_threads(1);
-  spec.mutable_training()->set_seed(7);
-  spec.mutable_training()->mutable_adamw()->set_warmup_steps(5);
-  spec.mutable_data()->set_corpus_path(kShakespeare);
-  spec.mutable_data()->set_eval_windows(8);
-  spec.mutable_stop()->set_max_rounds(20);
-  spec.mutable_outer()->set_local_steps(1);
-  return spec;
-}
+using gasloc::testing::TempPath;
+using gasloc::testing::TinySpec;
 
 std::unique_ptr<Trainer> MakeTrainer(const v1::JobSpec& spec, int rank = 0,
                                      int num_workers = 1) {
   TrainerOptions options;
-  options.spec = spec;
   options.rank = rank;
   options.num_workers = num_workers;
-  auto trainer = Trainer::Create(options);
-  EXPECT_TRUE(trainer.ok()) << trainer.status();
-  return trainer.ok() ? std::move(*trainer) : nullptr;
-}
-
-std::string TempPath(const std::string& name) {
-  return (std::filesystem::temp_directory_path() /
-          (name + "." + std::to_string(::getpid())))
-      .string();
+  return gasloc::testing::MakeTrainerOf(spec, options);
 }
 
 TEST(TrainerTest, UsesTheDocumentedSplitAndStartsNearEightBitsPerByte) {
