@@ -488,20 +488,33 @@ TEST_F(CoordinatorTest, SeveralJobsOneJobPerWorker) {
 
 TEST_F(CoordinatorTest, LongPollWakesWhenAJobStarts) {
   const uint64_t a = Register();
-  absl::Notification done;
-  v1::Assignment got;
-  absl::Time t0 = absl::Now();
+  v1::GetAssignmentRequest req;
+  req.set_worker_id(a);
+  req.set_after_round(-1);
+  req.set_wait_ms(20000);
+  // `cancelled` is first asked once the call found nothing to hand out and
+  // is about to wait: that, not a sleep, tells the test the waiter waits.
+  absl::Notification waiting, done;
+  std::atomic<int> checks{0};
+  absl::StatusOr<v1::Assignment> got;
   std::thread waiter([&] {
-    auto r = Ask(a, 0, -1, /*wait_ms=*/20000);
-    if (r.ok()) got = *r;
+    got = coord_->GetAssignment(req, [&] {
+      if (checks.fetch_add(1) == 0) waiting.Notify();
+      return false;
+    });
     done.Notify();
   });
-  absl::SleepFor(absl::Milliseconds(50));
-  EXPECT_FALSE(done.HasBeenNotified());
-  Start(Spec());
+  ASSERT_TRUE(waiting.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_FALSE(done.HasBeenNotified()) << "returned instead of waiting";
+  const absl::Time t0 = absl::Now();
+  const uint64_t job = Start(Spec());
   ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(10)));
   waiter.join();
-  EXPECT_EQ(got.kind(), v1::ASSIGNMENT_KIND_ROUND);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->kind(), v1::ASSIGNMENT_KIND_ROUND);
+  EXPECT_EQ(got->job_id(), job);
+  EXPECT_EQ(got->round(), 0u);
+  // Woken by the start, well before its 20 s wait ran out.
   EXPECT_LT(absl::Now() - t0, absl::Seconds(5));
 }
 

@@ -125,8 +125,10 @@ void DriveWorker(WorkerMetrics& metrics, uint64_t job_id) {
 
 TEST(WorkerMetricsTest, EndpointMatchesDocsAndCountsARound) {
   auto registry = std::make_shared<prometheus::Registry>();
-  WorkerMetrics metrics(*registry);
-  DriveWorker(metrics, 7);
+  FakeClock clock;
+  WorkerMetrics metrics(*registry, &clock);
+  DriveWorker(metrics, 7);  // checkpoints at the clock's start
+  clock.Advance(absl::Seconds(42) + absl::Milliseconds(250));
   const Scrape scrape = ScrapeOf({registry, metrics.scrape_gauges()});
   ExpectMatchesDoc(scrape, "gasloc-worker", "gasloc_worker_");
 
@@ -149,10 +151,34 @@ TEST(WorkerMetricsTest, EndpointMatchesDocsAndCountsARound) {
   EXPECT_EQ(scrape.Value("gasloc_worker_round_errors_total",
                          {{"job_id", "7"}, {"reason", "INTERNAL"}}),
             1);
-  const auto age = scrape.Value("gasloc_worker_checkpoint_age_seconds", job);
-  ASSERT_TRUE(age.has_value());
-  EXPECT_GE(*age, 0);
-  EXPECT_LT(*age, 60);
+  // The age is the injected clock's time since the checkpoint, exactly.
+  EXPECT_EQ(scrape.Value("gasloc_worker_checkpoint_age_seconds", job), 42.25);
+}
+
+TEST(WorkerMetricsTest, CheckpointAgeIsReadAtScrapeTimeAndResetByACheckpoint) {
+  auto registry = std::make_shared<prometheus::Registry>();
+  FakeClock clock;
+  WorkerMetrics metrics(*registry, &clock);
+  DriveWorker(metrics, 7);
+  const std::map<std::string, std::string> job = {{"job_id", "7"},
+                                                  {"worker_id", "3"}};
+  const int port = PickFreePort();
+  auto exposer =
+      StartMetricsEndpoint(port, {registry, metrics.scrape_gauges()});
+  ASSERT_TRUE(exposer.ok()) << exposer.status();
+  auto age = [&]() -> std::optional<double> {
+    auto page = HttpGet(port, "/metrics");
+    EXPECT_TRUE(page.ok()) << page.status();
+    if (!page.ok()) return std::nullopt;
+    return ParseExposition(*page).Value("gasloc_worker_checkpoint_age_seconds",
+                                        job);
+  };
+  EXPECT_EQ(age(), 0);
+  clock.Advance(absl::Seconds(90));
+  EXPECT_EQ(age(), 90) << "no write since: the age grows with the clock";
+  metrics.RecordCheckpoint(0.05);
+  clock.Advance(absl::Seconds(3));
+  EXPECT_EQ(age(), 3);
 }
 
 TEST(WorkerMetricsTest, NextJobReplacesThePreviousJobsSeries) {

@@ -1,7 +1,6 @@
 #include "worker/round/worker_metrics.h"
 
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
 
 namespace gasloc {
 namespace {
@@ -64,7 +63,8 @@ std::string ExchangeFailureReason(absl::StatusCode code) {
   }
 }
 
-WorkerMetrics::WorkerMetrics(prometheus::Registry& registry)
+WorkerMetrics::WorkerMetrics(prometheus::Registry& registry,
+                             const Clock* clock)
     : inner_steps_(Counter(registry, "gasloc_worker_inner_steps_total",
                            "Inner optimizer steps run")),
       tokens_(Counter(registry, "gasloc_worker_tokens_total",
@@ -111,7 +111,8 @@ WorkerMetrics::WorkerMetrics(prometheus::Registry& registry)
           registry, "gasloc_worker_checkpoint_duration_seconds",
           "Wall time of a checkpoint write")),
       scrape_gauges_(std::make_shared<ScrapeCollectable>(
-          [this] { return CollectScrapeGauges(); })) {}
+          [this] { return CollectScrapeGauges(); })),
+      clock_(clock != nullptr ? clock : &RealClock::Get()) {}
 
 void WorkerMetrics::RemoveSeries(const JobSeries& s) {
   inner_steps_.Remove(s.inner_steps);
@@ -221,7 +222,7 @@ void WorkerMetrics::RecordCheckpoint(double seconds) {
   if (series_ == nullptr) return;
   series_->checkpoint_duration->Observe(seconds);
   absl::MutexLock lock(&ckpt_mu_);
-  last_checkpoint_ = absl::Now();
+  last_checkpoint_ = clock_->Now();
 }
 
 std::vector<prometheus::MetricFamily> WorkerMetrics::CollectScrapeGauges()
@@ -232,7 +233,7 @@ std::vector<prometheus::MetricFamily> WorkerMetrics::CollectScrapeGauges()
     if (last_checkpoint_ != absl::InfinitePast()) {
       GaugeSample sample;
       sample.labels.assign(ckpt_labels_.begin(), ckpt_labels_.end());
-      sample.value = absl::ToDoubleSeconds(absl::Now() - last_checkpoint_);
+      sample.value = absl::ToDoubleSeconds(clock_->Now() - last_checkpoint_);
       age.push_back(std::move(sample));
     }
   }

@@ -27,6 +27,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "common/scrape_collectable.h"
 #include "gasloc/v1/coordinator.pb.h"
 #include "prometheus/counter.h"
@@ -46,7 +47,10 @@ std::string ExchangeFailureReason(absl::StatusCode code);
 
 class WorkerMetrics {
  public:
-  explicit WorkerMetrics(prometheus::Registry& registry);
+  // `clock` dates checkpoints and scrapes (the checkpoint age gauge);
+  // nullptr = the real clock. It must outlive this object.
+  explicit WorkerMetrics(prometheus::Registry& registry,
+                         const Clock* clock = nullptr);
   WorkerMetrics(const WorkerMetrics&) = delete;
   WorkerMetrics& operator=(const WorkerMetrics&) = delete;
 
@@ -117,6 +121,7 @@ class WorkerMetrics {
   prometheus::Family<prometheus::Histogram>& round_duration_;
   prometheus::Family<prometheus::Histogram>& checkpoint_duration_;
   std::shared_ptr<ScrapeCollectable> scrape_gauges_;
+  const Clock* const clock_;
 
   std::unique_ptr<JobSeries> series_;  // null until the first job
 
