@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/job_spec.h"
+#include "common/link_bandwidth.h"
 #include "common/log.h"
 #include "common/status_macros.h"
 
@@ -320,9 +321,12 @@ absl::Status WorkerDaemon::RunAssignment(const v1::Assignment& assignment,
                                     report->inner_steps());
     progress_.set_tokens(progress_.tokens() + report->tokens());
     if (report->val_bpb() > 0) progress_.set_val_bpb(report->val_bpb());
-    if (report->exchange_seconds() > 0 && report->bytes_sent() > 0)
-      progress_.set_link_bytes_per_second(static_cast<float>(
-          report->bytes_sent() / report->exchange_seconds()));
+    // The one definition of a link figure (common/link_bandwidth.h); an
+    // exchange that measured nothing keeps the last figure.
+    const double link = LinkBytesPerSecond(
+        report->bytes_sent(), report->bytes_received(),
+        report->exchange_seconds());
+    if (link > 0) progress_.set_link_bytes_per_second(static_cast<float>(link));
   }
   GASLOC_LOG(INFO) << "job " << job->job_id << " round " << assignment.round()
                    << " done: loss " << report->train_loss() << ", val bpb "
