@@ -290,33 +290,35 @@ void RoundRunner::GossipExchange(const v1::Assignment& assignment,
   if (peer_count > 0)
     outcomes = transport_->Exchange(key, sends, receives, MakeExchangeOptions());
 
-  // An edge counts only if both directions committed: then both ends
-  // include it and the workers' average is preserved.
-  std::vector<bool> edge_ok(peer_count, true);
+  // Phase 1's outcomes per peer slot k. Send outcomes are not used for the
+  // decision: a lost acknowledgement makes a send fail that the peer
+  // committed, so the sender's view can differ from the receiver's.
+  std::vector<absl::Status> received(peer_count), sent(peer_count);
   double max_send_seconds = 0, max_receive_seconds = 0;
-  std::string failure;
   for (size_t i = 0; i < outcomes.size(); ++i) {
     const TransferOutcome& outcome = outcomes[i];
     const int k = static_cast<int>(i % peer_count);
-    if (outcome.status.ok()) {
-      if (outcome.incoming) {
-        report->set_bytes_received(report->bytes_received() + outcome.bytes);
-        max_receive_seconds = std::max(max_receive_seconds, outcome.seconds);
-      } else {
-        report->set_bytes_sent(report->bytes_sent() + outcome.bytes);
-        max_send_seconds = std::max(max_send_seconds, outcome.seconds);
-      }
-      continue;
+    (outcome.incoming ? received : sent)[k] = outcome.status;
+    if (!outcome.status.ok()) continue;
+    if (outcome.incoming) {
+      report->set_bytes_received(report->bytes_received() + outcome.bytes);
+      max_receive_seconds = std::max(max_receive_seconds, outcome.seconds);
+    } else {
+      report->set_bytes_sent(report->bytes_sent() + outcome.bytes);
+      max_send_seconds = std::max(max_send_seconds, outcome.seconds);
     }
-    if (edge_ok[k]) {
-      edge_ok[k] = false;
-      report->add_failed_peers(outcome.peer_id);
-      failure_codes_.push_back(outcome.status.code());
-      absl::StrAppend(&failure, failure.empty() ? "" : "; ", "worker ",
-                      outcome.peer_id, " (",
-                      outcome.incoming ? "receive" : "send", "): ",
-                      outcome.status.ToString());
-    }
+  }
+  std::vector<absl::Status> edge = ConfirmGossipEdges(assignment, received,
+                                                      sent, report);
+  std::string failure;
+  std::vector<bool> edge_ok(peer_count, true);
+  for (int k = 0; k < peer_count; ++k) {
+    if (edge[k].ok()) continue;
+    edge_ok[k] = false;
+    report->add_failed_peers(assignment.peers(k).worker_id());
+    failure_codes_.push_back(edge[k].code());
+    absl::StrAppend(&failure, failure.empty() ? "" : "; ", "worker ",
+                    assignment.peers(k).worker_id(), ": ", edge[k].ToString());
   }
   std::vector<GossipNeighbor> neighbors;
   for (int k = 0; k < peer_count; ++k) {
@@ -341,6 +343,67 @@ void RoundRunner::GossipExchange(const v1::Assignment& assignment,
   const double exchange_seconds = Seconds(clock_->Now() - start);
   report->set_exchange_seconds(exchange_seconds);
   report->set_wait_seconds(std::max(0.0, max_receive_seconds - max_send_seconds));
+}
+
+std::vector<absl::Status> RoundRunner::ConfirmGossipEdges(
+    const v1::Assignment& assignment, const std::vector<absl::Status>& received,
+    const std::vector<absl::Status>& sent, v1::ReportRoundRequest* report) {
+  const int peer_count = assignment.peers_size();
+  std::vector<absl::Status> edge(peer_count);
+  // Each end tells the other whether it committed the other's y (1) or
+  // not (0), as a one-float transfer (GOSSIP, step 1). An edge is used iff
+  // this end committed the peer's y AND the peer says it committed ours:
+  // both ends apply the same rule to the same two facts, whatever became
+  // of the acknowledgements. A peer with which nothing got through in
+  // phase 1 gets no confirmation (it waits for ours until its deadline and
+  // drops the edge too).
+  std::vector<float> mine(peer_count, 0.0f), theirs(peer_count, 0.0f);
+  std::vector<OutgoingTransfer> sends;
+  std::vector<IncomingTransfer> receives;
+  std::vector<int> slots;
+  for (int k = 0; k < peer_count; ++k) {
+    if (!received[k].ok() && !sent[k].ok()) {
+      edge[k] = sent[k];  // sends end first (an absent peer: at once)
+      continue;
+    }
+    mine[k] = received[k].ok() ? 1.0f : 0.0f;
+    const auto& peer = assignment.peers(k);
+    sends.push_back({peer.worker_id(), peer.address(),
+                     std::span<const float>(&mine[k], 1), 0, 1});
+    receives.push_back({peer.worker_id(), std::span<float>(&theirs[k], 1), 0, 1});
+    slots.push_back(k);
+  }
+  if (slots.empty()) return edge;
+  ExchangeOptions options = MakeExchangeOptions();
+  options.encoding = v1::WIRE_ENCODING_FP32;
+  const TransferKey key{options_.job_id, assignment.round(),
+                        v1::EXCHANGE_PHASE_GOSSIP, 1};
+  const std::vector<TransferOutcome> outcomes =
+      transport_->Exchange(key, sends, receives, options);
+  for (const TransferOutcome& outcome : outcomes) {
+    if (!outcome.status.ok()) continue;
+    if (outcome.incoming) {
+      report->set_bytes_received(report->bytes_received() + outcome.bytes);
+    } else {
+      report->set_bytes_sent(report->bytes_sent() + outcome.bytes);
+    }
+  }
+  for (size_t s = 0; s < slots.size(); ++s) {
+    const int k = slots[s];
+    const absl::Status& confirm = outcomes[slots.size() + s].status;
+    if (!received[k].ok()) {
+      edge[k] = received[k];
+    } else if (!confirm.ok()) {
+      edge[k] = absl::Status(confirm.code(),
+                             absl::StrCat("no confirmation of the edge: ",
+                                          confirm.message()));
+    } else if (theirs[k] != 1.0f) {
+      edge[k] = absl::AbortedError(absl::StrCat(
+          "the peer did not commit our y",
+          sent[k].ok() ? "" : absl::StrCat(" (our send: ", sent[k].ToString(), ")")));
+    }
+  }
+  return edge;
 }
 
 void RoundRunner::AllReduceExchange(const v1::Assignment& assignment,
@@ -442,23 +505,38 @@ absl::Status RoundRunner::SaveCheckpoint(const std::string& path) {
 }
 
 absl::Status RoundRunner::LoadCheckpoint(const std::string& path) {
-  ASSIGN_OR_RETURN(CheckpointExtras outer, trainer_->LoadCheckpoint(path));
-  uint64_t job_id = 0, next_round = 0;
-  if (!absl::SimpleAtoi(outer.values[kJobId], &job_id) ||
-      !absl::SimpleAtoi(outer.values[kNextRound], &next_round))
-    return absl::DataLossError(
-        absl::StrCat("checkpoint ", path, " lacks the outer round state"));
-  if (job_id != options_.job_id)
-    return absl::FailedPreconditionError(
-        absl::StrCat("checkpoint ", path, " is of job ", job_id,
-                     ", not job ", options_.job_id));
+  // All or nothing: the outer state is checked before the trainer swaps
+  // its state in (a refused checkpoint changes nothing).
+  uint64_t next_round = 0;
+  const auto check = [&](const CheckpointExtras& outer) -> absl::Status {
+    uint64_t job_id = 0;
+    auto value = [&](const char* key) {
+      auto it = outer.values.find(key);
+      return it == outer.values.end() ? std::string() : it->second;
+    };
+    if (!absl::SimpleAtoi(value(kJobId), &job_id) ||
+        !absl::SimpleAtoi(value(kNextRound), &next_round))
+      return absl::DataLossError(
+          absl::StrCat("checkpoint ", path, " lacks the outer round state"));
+    if (job_id != options_.job_id)
+      return absl::FailedPreconditionError(
+          absl::StrCat("checkpoint ", path, " is of job ", job_id,
+                       ", not job ", options_.job_id));
+    for (auto [name, arena] : {std::pair<const char*, FloatArena*>{kPrevIterate, &y_prev_},
+                               {kMomentum, &momentum_}}) {
+      auto it = outer.buffers.find(name);
+      const size_t size = it == outer.buffers.end() ? 0 : it->second.size();
+      if (size != arena->size())
+        return absl::DataLossError(absl::StrCat(
+            "checkpoint ", path, ": ", name, " has ", size,
+            " floats, the model needs ", arena->size()));
+    }
+    return absl::OkStatus();
+  };
+  ASSIGN_OR_RETURN(CheckpointExtras outer, trainer_->LoadCheckpoint(path, check));
   for (auto [name, arena] : {std::pair<const char*, FloatArena*>{kPrevIterate, &y_prev_},
                              {kMomentum, &momentum_}}) {
     const std::vector<float>& buffer = outer.buffers[name];
-    if (buffer.size() != arena->size())
-      return absl::DataLossError(absl::StrCat(
-          "checkpoint ", path, ": ", name, " has ", buffer.size(),
-          " floats, the model needs ", arena->size()));
     std::copy(buffer.begin(), buffer.end(), arena->data());
   }
   next_round_ = next_round;

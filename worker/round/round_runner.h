@@ -139,6 +139,14 @@ class RoundRunner {
                                 v1::ReportRoundRequest* report);
   void GossipExchange(const v1::Assignment& assignment,
                       v1::ReportRoundRequest* report);
+  // Phase 2 of a gossip exchange: with each peer, swap whether we
+  // committed each other's y. Returns per peer slot OK (use the edge) or
+  // why it is dropped; both ends of an edge reach the same decision
+  // unless a peer fails between the two phases.
+  std::vector<absl::Status> ConfirmGossipEdges(
+      const v1::Assignment& assignment,
+      const std::vector<absl::Status>& received,
+      const std::vector<absl::Status>& sent, v1::ReportRoundRequest* report);
   void AllReduceExchange(const v1::Assignment& assignment,
                          v1::ReportRoundRequest* report);
   // A failed ring all-reduce: its peers and reason go into the report.

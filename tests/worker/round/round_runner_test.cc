@@ -315,6 +315,30 @@ TEST(RoundRunner, CorruptedPeerDataNeverReachesTheModel) {
   EXPECT_LT(w[1]->trainer.params().data()[0], 0.0f);
 }
 
+// Worker 2 commits worker 1's y but its acknowledgement is lost: worker 1
+// sees its send fail, worker 2 sees nothing wrong. Both ends must still
+// make the same decision about the edge (here: use it, since each
+// received the other's y intact and said so), or one applies the average
+// and the other does not and the pair's sum jumps.
+TEST(RoundRunner, LostAckLeavesBothEndsAgreeingOnTheEdge) {
+  InProcessNetwork network;
+  v1::JobSpec spec = Spec(v1::ALGORITHM_GASLOC, 2000);
+  spec.mutable_outer()->set_gamma(0.0f);
+  spec.mutable_outer()->set_eta(1.0f);
+  std::vector<std::unique_ptr<SimWorker>> w;
+  w.push_back(std::make_unique<SimWorker>(network, 1, spec, +1.0f));
+  w.push_back(std::make_unique<SimWorker>(network, 2, spec, -1.0f));
+  network.AddFault(InProcessFault::DropAck(1, 2));
+  auto reports = RunAll(w, {GossipAssignment(0, 1, {2}, 0.5f, 2),
+                            GossipAssignment(0, 2, {1}, 0.5f, 2)});
+  ASSERT_TRUE(reports[0].ok() && reports[1].ok());
+  EXPECT_EQ(reports[0]->failed_peers_size(), reports[1]->failed_peers_size());
+  // Both used it: both hold the pair average.
+  EXPECT_LT(L2Distance(w[0]->trainer.params().flat(),
+                       w[1]->trainer.params().flat()),
+            1e-5);
+}
+
 TEST(RoundRunner, NonFiniteLocalStateRestoresTheRoundStart) {
   InProcessNetwork network;
   const v1::JobSpec spec = Spec(v1::ALGORITHM_GASLOC, 300);
