@@ -230,6 +230,9 @@ absl::Status ValidateJobSpec(const v1::JobSpec& raw) {
           " peers a round), got ", o.alpha(), " x ", o.lambda(),
           ": the gossip mixing matrix would not contract (eigenvalue -1)"));
   }
+  if (!v1::MomentumPlacement_IsValid(o.momentum_placement()))
+    return absl::InvalidArgumentError(
+        "outer.momentum_placement is not a known value");
   if (!v1::BudgetPolicy_IsValid(o.budget_policy()))
     return absl::InvalidArgumentError(
         "outer.budget_policy is not a known value");

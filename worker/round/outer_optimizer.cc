@@ -21,6 +21,12 @@ void PseudoGradient(std::span<const float> theta_start,
   for (size_t i = 0; i < n; ++i) g[i] = theta_local[i] - theta_start[i];
 }
 
+void ExtrapolatedPoint(std::span<const float> y, std::span<const float> y_prev,
+                       float gamma, std::span<float> z) {
+  const size_t n = z.size();
+  for (size_t i = 0; i < n; ++i) z[i] = y[i] + gamma * (y[i] - y_prev[i]);
+}
+
 void GossipOuterStep(std::span<const float> y,
                      std::span<const GossipNeighbor> neighbors, float alpha,
                      float gamma, std::span<const float> y_prev,

@@ -5,7 +5,9 @@
 //
 //   GASLoC / D-PSGD:  y = theta + eta * g
 //                     theta' = y - alpha * sum_j lambda_ij (y - y_j)
-//                               + gamma * (y - y_prev)
+//                               + gamma * (y - y_prev)        (LOCAL)
+//                     theta' = z - alpha * sum_j lambda_ij (z - z_j),
+//                     z = y + gamma * (y - y_prev)             (MIXED)
 //   DiLoCo / local SGD (after an all-reduce gives gbar):
 //                     v' = mu * v + gbar
 //                     theta' = theta + lr * (gbar + mu * v')
@@ -38,6 +40,11 @@ struct GossipNeighbor {
   std::span<const float> y;  // the neighbour's post-local iterate y_j
   float weight = 1.0f;       // lambda_ij (the same at both ends)
 };
+
+// z = y + gamma (y - y_prev) = (1 + gamma) y - gamma y_prev: the point the
+// MIXED momentum placement gossips (theta' = W z).
+void ExtrapolatedPoint(std::span<const float> y, std::span<const float> y_prev,
+                       float gamma, std::span<float> z);
 
 // What this worker sent its peers, as they received it. The gossip term
 // uses this worker's own value exactly as its peers saw it:

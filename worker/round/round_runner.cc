@@ -271,6 +271,13 @@ void RoundRunner::GossipExchange(const v1::Assignment& assignment,
   FloatArena& params = trainer_->params();
   const auto& outer = options_.spec.outer();
   PostLocalIterate(theta_start_.flat(), params.flat(), outer.eta(), y_.flat());
+  // What is gossiped: y (LOCAL placement) or the extrapolated point
+  // z = y + gamma (y - y_prev) (MIXED), which then lives in scratch_.
+  const bool mixed =
+      outer.momentum_placement() == v1::MOMENTUM_PLACEMENT_MIXED;
+  if (mixed)
+    ExtrapolatedPoint(y_.flat(), y_prev_.flat(), outer.gamma(), scratch_.flat());
+  const std::span<const float> gossiped = mixed ? scratch_.flat() : y_.flat();
 
   const int peer_count = assignment.peers_size();
   while (static_cast<int>(received_.size()) < peer_count)
@@ -280,7 +287,7 @@ void RoundRunner::GossipExchange(const v1::Assignment& assignment,
   std::vector<IncomingTransfer> receives;
   for (int k = 0; k < peer_count; ++k) {
     const auto& peer = assignment.peers(k);
-    sends.push_back({peer.worker_id(), peer.address(), y_.flat(), 0, size});
+    sends.push_back({peer.worker_id(), peer.address(), gossiped, 0, size});
     receives.push_back({peer.worker_id(), received_[k].flat(), 0, size});
   }
   const absl::Time start = clock_->Now();
@@ -325,7 +332,7 @@ void RoundRunner::GossipExchange(const v1::Assignment& assignment,
     if (!edge_ok[k]) continue;
     neighbors.push_back({received_[k].flat(), assignment.peers(k).weight()});
     report->set_peer_distance(
-        static_cast<float>(L2Distance(y_.flat(), received_[k].flat())));
+        static_cast<float>(L2Distance(gossiped, received_[k].flat())));
   }
   if (!failure.empty()) {
     report->set_failure_reason(failure);
@@ -337,7 +344,7 @@ void RoundRunner::GossipExchange(const v1::Assignment& assignment,
   GossipOuterStep(
       y_.flat(), neighbors, assignment.alpha(), outer.gamma(), y_prev_.flat(),
       params.flat(),
-      {.sent = {},
+      {.sent = gossiped,
        .bf16 = options_.spec.exchange().encoding() == v1::WIRE_ENCODING_BF16});
   pending_outer_ = PendingOuter::kPrevIterateFromY;
   const double exchange_seconds = Seconds(clock_->Now() - start);

@@ -1,5 +1,6 @@
 #include "worker/round/outer_optimizer.h"
 
+#include <cmath>
 #include <random>
 #include <vector>
 
@@ -15,6 +16,25 @@ Vec RandomVec(std::mt19937& rng, size_t n, float scale) {
   Vec v(n);
   for (float& x : v) x = dist(rng);
   return v;
+}
+
+// One DiLoCo outer step on the mean of `g`, and each worker's post-local
+// iterate y_i = theta_i + eta g_i (the inner phase drifted by g_i).
+void DiLoCoStepAndPostLocal(const std::vector<Vec>& g, float lr, float mu,
+                            Vec& diloco, Vec& momentum,
+                            const std::vector<Vec>& theta,
+                            std::vector<Vec>& y) {
+  const size_t n = g.size(), dim = diloco.size();
+  Vec gbar(dim, 0.0f);
+  for (size_t i = 0; i < n; ++i)
+    for (size_t k = 0; k < dim; ++k) gbar[k] += g[i][k];
+  for (float& x : gbar) x /= static_cast<float>(n);
+  NesterovOuterStep(diloco, gbar, lr, mu, momentum, momentum, diloco);
+  for (size_t i = 0; i < n; ++i) {
+    Vec local(dim);
+    for (size_t k = 0; k < dim; ++k) local[k] = theta[i][k] + g[i][k];
+    PostLocalIterate(theta[i], local, lr, y[i]);
+  }
 }
 
 TEST(OuterOptimizer, OnePeerHalfAlphaIsExactPairwiseAveraging) {
@@ -71,19 +91,8 @@ TEST_P(CompleteGraphIdentity, GasLocEqualsDiLoCoOverRounds) {
     const Vec shared = RandomVec(rng, dim, 0.1f);
     for (int i = 0; i < n; ++i) g[i] = same_gradients ? shared : RandomVec(rng, dim, 0.1f);
 
-    // DiLoCo: gbar = mean g; Nesterov.
-    Vec gbar(dim, 0.0f);
-    for (int i = 0; i < n; ++i)
-      for (int k = 0; k < dim; ++k) gbar[k] += g[i][k];
-    for (float& x : gbar) x /= n;
-    NesterovOuterStep(diloco, gbar, lr, mu, momentum, momentum, diloco);
-
-    // GASLoC: y_i = theta_i + eta g_i (theta_local = theta_i + g_i).
-    for (int i = 0; i < n; ++i) {
-      Vec local(dim);
-      for (int k = 0; k < dim; ++k) local[k] = theta[i][k] + g[i][k];
-      PostLocalIterate(theta[i], local, lr, y[i]);
-    }
+    // DiLoCo: gbar = mean g; Nesterov. GASLoC: y_i = theta_i + eta g_i.
+    DiLoCoStepAndPostLocal(g, lr, mu, diloco, momentum, theta, y);
     for (int i = 0; i < n; ++i) {
       std::vector<GossipNeighbor> neighbors;
       for (int j = 0; j < n; ++j)
@@ -109,6 +118,38 @@ TEST_P(CompleteGraphIdentity, GasLocEqualsDiLoCoOverRounds) {
 
 INSTANTIATE_TEST_SUITE_P(Gradients, CompleteGraphIdentity,
                          ::testing::Values(false, true));
+
+// MIXED placement gossips z_i = y_i + gamma (y_i - y_prev_i): on the
+// complete graph with full averaging every worker gets mean_j z_j, which
+// is DiLoCo's theta on EVERY worker, even with different pseudo-gradients
+// (the LOCAL form matches only the average, above).
+TEST(OuterOptimizer, MixedPlacementIsDiLoCoOnEveryWorker) {
+  const int n = 4, dim = 257, rounds = 8;
+  const float lr = 0.7f, mu = 0.9f;
+  std::mt19937 rng(12);
+  const Vec theta0 = RandomVec(rng, dim, 1.0f);
+  Vec diloco = theta0, momentum(dim, 0.0f);
+  std::vector<Vec> theta(n, theta0), y_prev(n, theta0), y(n, Vec(dim)),
+      z(n, Vec(dim));
+  for (int t = 0; t < rounds; ++t) {
+    std::vector<Vec> g(n);
+    for (int i = 0; i < n; ++i) g[i] = RandomVec(rng, dim, 0.1f);
+    DiLoCoStepAndPostLocal(g, lr, mu, diloco, momentum, theta, y);
+    for (int i = 0; i < n; ++i) ExtrapolatedPoint(y[i], y_prev[i], mu, z[i]);
+    for (int i = 0; i < n; ++i) {
+      std::vector<GossipNeighbor> neighbors;
+      for (int j = 0; j < n; ++j)
+        if (j != i) neighbors.push_back({z[j], 1.0f});
+      GossipOuterStep(y[i], neighbors, 1.0f / n, mu, y_prev[i], theta[i],
+                      {.sent = z[i], .bf16 = false});
+    }
+    y_prev = y;
+    for (int i = 0; i < n; ++i)
+      for (int k = 0; k < dim; ++k)
+        ASSERT_NEAR(theta[i][k], diloco[k], 1e-5 * (1.0 + std::abs(diloco[k])))
+            << "worker " << i << " round " << t << " element " << k;
+  }
+}
 
 TEST(OuterOptimizer, DistanceAndFiniteness) {
   const Vec a = {0, 3}, b = {4, 0};
