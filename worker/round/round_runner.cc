@@ -165,6 +165,8 @@ absl::StatusOr<v1::ReportRoundRequest> RoundRunner::RunRound(
   FloatArena& params = trainer_->params();
   theta_start_.CopyFrom(params);
   pending_outer_ = PendingOuter::kNone;
+  ring_failed_ = false;
+  ring_failed_peers_.clear();
   const v1::Algorithm algorithm = options_.spec.outer().algorithm();
 
   absl::Status status;
@@ -200,9 +202,51 @@ absl::StatusOr<v1::ReportRoundRequest> RoundRunner::RunRound(
         "parameters and outer state restored to the round's start"));
   }
   CommitOuterState();
-  RETURN_IF_ERROR(EvaluateIfDue(assignment, &report));
   next_round_ = round + 1;
+  if (ring_failed_ &&
+      !ResyncAfterRingFailure(assignment, ring_failed_peers_, &report))
+    next_round_ = round;  // not a model of a completed round
+  RETURN_IF_ERROR(EvaluateIfDue(assignment, &report));
   return report;
+}
+
+bool RoundRunner::ResyncAfterRingFailure(
+    const v1::Assignment& assignment, const std::vector<uint64_t>& failed_peers,
+    v1::ReportRoundRequest* report) {
+  if (!resync_fetcher_) return false;
+  const uint64_t self = transport_->self_id();
+  std::string tried;
+  for (const v1::PeerAssignment& member : assignment.ring_order()) {
+    const uint64_t id = member.worker_id();
+    if (id == self || std::find(failed_peers.begin(), failed_peers.end(),
+                                id) != failed_peers.end())
+      continue;
+    absl::StatusOr<FetchedModel> model = resync_fetcher_(member);
+    absl::Status status = model.status();
+    if (status.ok() && model->round != assignment.round() + 1)
+      status = absl::FailedPreconditionError(absl::StrCat(
+          "its model is at next round ", model->round, ", not ",
+          assignment.round() + 1, " (it did not complete the round)"));
+    if (status.ok()) status = InstallFetchedModel(*model);
+    if (status.ok()) {
+      ++resyncs_;
+      report->set_failure_reason(absl::StrCat(
+          report->failure_reason(), "; re-synchronised from worker ", id));
+      GASLOC_LOG(INFO) << "job " << options_.job_id << " round "
+                       << assignment.round()
+                       << ": re-synchronised with the model of worker " << id;
+      return true;
+    }
+    absl::StrAppend(&tried, tried.empty() ? "" : "; ", "worker ", id, ": ",
+                    status.ToString());
+  }
+  GASLOC_LOG(WARNING) << "job " << options_.job_id << " round "
+                      << assignment.round()
+                      << ": could not re-synchronise after the failed "
+                         "all-reduce; keeping the round's start ("
+                      << (tried.empty() ? "no member to fetch from" : tried)
+                      << ")";
+  return false;
 }
 
 void RoundRunner::CommitOuterState() {
@@ -435,14 +479,18 @@ void RoundRunner::AllReduceExchange(const v1::Assignment& assignment,
       MakeExchangeOptions());
   RecordRingTraffic(result, report);
   if (!result.status.ok()) {
-    // Fall back to this worker's own pseudo-gradient for the round.
-    PseudoGradient(theta_start_.flat(), params.flat(), y_.flat());
+    // Applying our own pseudo-gradient would part this replica from the
+    // others for good: apply nothing, re-synchronise in RunRound.
     RecordRingFailures(result, report);
+    ring_failed_ = true;
+    ring_failed_peers_ = result.failed_peers;
+    params.CopyFrom(theta_start_);
     GASLOC_LOG(WARNING) << "job " << options_.job_id << " round "
                         << assignment.round()
-                        << ": all-reduce failed, applying the local "
-                           "pseudo-gradient alone: "
+                        << ": all-reduce failed, no update applied; "
+                           "re-synchronising: "
                         << result.status;
+    return;
   }
   // v_t goes to scratch_ (free once the ring is done) and is adopted only
   // when the new parameters are finite.
@@ -495,8 +543,12 @@ absl::Status RoundRunner::DataParallelStep(const v1::Assignment& assignment,
         MakeExchangeOptions());
     RecordRingTraffic(result, report);
     if (!result.status.ok()) {
-      grads.CopyFrom(y_);
+      // No step with our own gradient (it would part the replicas); the
+      // round re-synchronises in RunRound.
       RecordRingFailures(result, report);
+      ring_failed_ = true;
+      ring_failed_peers_ = result.failed_peers;
+      return absl::OkStatus();
     }
   }
   return trainer_->ApplyGradients();

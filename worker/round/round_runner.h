@@ -81,6 +81,12 @@ struct RoundRunnerOptions {
   std::function<void(const RoundProgress&)> on_progress;  // may be empty
 };
 
+// Fetches a ring member's model (theta, outer state, optionally AdamW
+// state) for re-synchronisation after a failed all-reduce; the worker
+// daemon's FetchModel path in production, a fake in tests.
+using ResyncFetcher = std::function<absl::StatusOr<FetchedModel>(
+    const v1::PeerAssignment& member)>;
+
 class RoundRunner {
  public:
   // `trainer`, `transport` and `clock` must outlive the runner. The outer
@@ -93,6 +99,20 @@ class RoundRunner {
   // state, cancelled): the parameters are then those at the round's start.
   absl::StatusOr<v1::ReportRoundRequest> RunRound(
       const v1::Assignment& assignment);
+
+  // All-reduce algorithms (DiLoCo, local SGD, data-parallel): a member
+  // whose ring all-reduce failed applies NOTHING for the round (theta and
+  // the outer state stay at the round's start) and, when a fetcher is set,
+  // fetches the model of a ring member that completed the round (one whose
+  // model is at next round = this round + 1) and installs it, so the
+  // replicas stay bit-identical. Without a fetcher, or when no member
+  // completed, it keeps the round's start and next_round() stays at this
+  // round (so no other member takes it for one that completed).
+  void set_resync_fetcher(ResyncFetcher fetcher) {
+    resync_fetcher_ = std::move(fetcher);
+  }
+  // Rounds in which this runner re-synchronised from another member.
+  uint64_t resyncs() const { return resyncs_; }
 
   // Abandon the current round at the next inner-step boundary.
   void Cancel() { cancelled_ = true; }
@@ -152,6 +172,11 @@ class RoundRunner {
   // A failed ring all-reduce: its peers and reason go into the report.
   void RecordRingFailures(const RingAllReduceResult& result,
                           v1::ReportRoundRequest* report);
+  // After a failed all-reduce: fetch and install the model of a ring
+  // member that completed `assignment`'s round. Returns true on success.
+  bool ResyncAfterRingFailure(const v1::Assignment& assignment,
+                              const std::vector<uint64_t>& failed_peers,
+                              v1::ReportRoundRequest* report);
   // Adopts the outer state the round's update wrote aside (pending_outer_);
   // called only once the new parameters passed the finiteness check.
   void CommitOuterState();
@@ -177,6 +202,12 @@ class RoundRunner {
   // scratch_ (all-reduce), or nothing.
   enum class PendingOuter { kNone, kPrevIterateFromY, kMomentumFromScratch };
   PendingOuter pending_outer_ = PendingOuter::kNone;
+  // Set by a failed ring all-reduce of the current round (its failed
+  // peers); the round then applies nothing and tries to re-synchronise.
+  bool ring_failed_ = false;
+  std::vector<uint64_t> ring_failed_peers_;
+  ResyncFetcher resync_fetcher_;
+  uint64_t resyncs_ = 0;
 };
 
 }  // namespace gasloc

@@ -1,6 +1,8 @@
 #include "worker/round/round_runner.h"
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <thread>
@@ -288,6 +290,115 @@ TEST(RoundRunner, MixedPlacementOnTheCompleteGraphEqualsDiLoCoPerWorker) {
             << "worker " << i + 1 << " round " << round << " element " << k;
     }
   }
+}
+
+// A transport that reports the receive of one (round, phase, step) as
+// failed after it really ran: the member alone sees its all-reduce fail at
+// the last all-gather step while every other member completes the ring.
+class FailLastStepTransport final : public PeerTransport {
+ public:
+  FailLastStepTransport(std::unique_ptr<InProcessTransport> inner,
+                        TransferKey fail)
+      : inner_(std::move(inner)), fail_(fail) {}
+  uint64_t self_id() const override { return inner_->self_id(); }
+  std::vector<TransferOutcome> Exchange(
+      const TransferKey& key, std::span<const OutgoingTransfer> sends,
+      std::span<const IncomingTransfer> receives,
+      const ExchangeOptions& options) override {
+    std::vector<TransferOutcome> outcomes =
+        inner_->Exchange(key, sends, receives, options);
+    if (key.round == fail_.round && key.phase == fail_.phase &&
+        key.step == fail_.step)
+      for (TransferOutcome& o : outcomes)
+        if (o.incoming) o.status = absl::DataLossError("injected");
+    return outcomes;
+  }
+
+ private:
+  std::unique_ptr<InProcessTransport> inner_;
+  TransferKey fail_;
+};
+
+// Worker 1's all-reduce fails at the last step of round 1 while workers 2
+// and 3 complete it: worker 1 applies nothing and fetches the model and
+// momentum of a member that completed the round, so the DiLoCo replicas
+// stay bit-identical through it and after it. (Before, it applied its own
+// pseudo-gradient and the replicas parted for good.)
+TEST(RoundRunner, DiLoCoReplicasResynchroniseAfterARingFailure) {
+  InProcessNetwork network;
+  const v1::JobSpec spec = Spec(v1::ALGORITHM_DILOCO, 2000);
+  struct Replica {
+    explicit Replica(FakeTrainer t) : trainer(std::move(t)) {}
+    FakeTrainer trainer;
+    std::unique_ptr<PeerTransport> transport;
+    std::unique_ptr<RoundRunner> runner;
+    std::atomic<uint64_t> finished{0};
+  };
+  std::vector<std::unique_ptr<Replica>> w;
+  for (uint64_t id = 1; id <= 3; ++id) {
+    auto r = std::make_unique<Replica>(
+        FakeTrainer(FakeLayout(), 0.5f * static_cast<float>(id)));
+    if (id == 1) {
+      r->transport = std::make_unique<FailLastStepTransport>(
+          network.Join(id),
+          TransferKey{kJob, 1, v1::EXCHANGE_PHASE_ALL_GATHER, 1});
+    } else {
+      r->transport = network.Join(id);
+    }
+    r->runner = std::make_unique<RoundRunner>(
+        RoundRunnerOptions{kJob, spec, {}}, &r->trainer, r->transport.get(),
+        &RealClock::Get());
+    w.push_back(std::move(r));
+  }
+  for (size_t i = 0; i < w.size(); ++i) {
+    w[i]->runner->set_resync_fetcher(
+        [&, i](const v1::PeerAssignment& member) -> absl::StatusOr<FetchedModel> {
+          Replica& source = *w[member.worker_id() - 1];
+          // Like the daemon: served between the member's rounds.
+          const uint64_t want = w[i]->finished.load() + 1;
+          for (int t = 0; t < 300 && source.finished.load() < want; ++t)
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+          if (source.finished.load() < want)
+            return absl::UnavailableError("member still in its round");
+          FetchedModel model;
+          model.job_id = kJob;
+          model.sender_id = member.worker_id();
+          model.round = source.runner->next_round();
+          const auto params = source.trainer.params().flat();
+          const auto outer = source.runner->outer_state().flat();
+          model.params.assign(params.begin(), params.end());
+          model.outer_state.assign(outer.begin(), outer.end());
+          return model;
+        });
+  }
+  for (uint64_t round = 0; round < 4; ++round) {
+    std::vector<absl::StatusOr<v1::ReportRoundRequest>> reports(
+        w.size(), absl::UnknownError("not run"));
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < w.size(); ++i)
+      threads.emplace_back([&, i] {
+        reports[i] = w[i]->runner->RunRound(RingAssignment(round, 3, 4));
+        ++w[i]->finished;
+      });
+    for (auto& t : threads) t.join();
+    for (size_t i = 0; i < w.size(); ++i) {
+      ASSERT_TRUE(reports[i].ok()) << reports[i].status();
+      EXPECT_EQ(reports[i]->failed_peers_size() > 0, round == 1 && i == 0)
+          << "worker " << i + 1 << " round " << round;
+      EXPECT_EQ(w[i]->runner->next_round(), round + 1);
+    }
+    for (size_t i = 1; i < w.size(); ++i) {
+      const size_t bytes = w[0]->trainer.params().size() * 4;
+      ASSERT_EQ(0, std::memcmp(w[0]->trainer.params().data(),
+                               w[i]->trainer.params().data(), bytes))
+          << "worker " << i + 1 << " after round " << round;
+      ASSERT_EQ(0, std::memcmp(w[0]->runner->momentum().data(),
+                               w[i]->runner->momentum().data(), bytes))
+          << "momentum of worker " << i + 1 << " after round " << round;
+    }
+  }
+  EXPECT_EQ(w[0]->runner->resyncs(), 1u);
+  EXPECT_EQ(w[1]->runner->resyncs(), 0u);
 }
 
 TEST(RoundRunner, DataParallelAveragesGradientsEveryStep) {
