@@ -38,11 +38,12 @@ class InnerTrainer {
   // Checkpoint of the trainer state plus the outer state (the outer
   // optimizer's buffers and the round, as CheckpointExtras: the one struct
   // for it, written as is); Load restores the trainer and returns the
-  // outer state saved with it.
+  // outer state saved with it, all or nothing: `check` (may be null) sees
+  // the outer state first, and nothing is loaded unless it returns OK.
   virtual absl::Status SaveCheckpoint(const std::string& path,
                                       const CheckpointExtras& outer) = 0;
   virtual absl::StatusOr<CheckpointExtras> LoadCheckpoint(
-      const std::string& path) = 0;
+      const std::string& path, const CheckpointCheck& check) = 0;
 
   // The inner optimizer's state, shared with a worker that joins a running
   // job (FetchModel) so it does not restart AdamW cold: the two moment

@@ -53,8 +53,8 @@ absl::Status TrainerAdapter::SaveCheckpoint(const std::string& path,
 }
 
 absl::StatusOr<CheckpointExtras> TrainerAdapter::LoadCheckpoint(
-    const std::string& path) {
-  return trainer_->LoadCheckpoint(path);
+    const std::string& path, const CheckpointCheck& check) {
+  return trainer_->LoadCheckpoint(path, check);
 }
 
 }  // namespace gasloc

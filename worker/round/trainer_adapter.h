@@ -35,7 +35,7 @@ class TrainerAdapter final : public InnerTrainer {
   absl::Status SaveCheckpoint(const std::string& path,
                               const CheckpointExtras& outer) override;
   absl::StatusOr<CheckpointExtras> LoadCheckpoint(
-      const std::string& path) override;
+      const std::string& path, const CheckpointCheck& check) override;
 
   FloatArena* optimizer_m() override { return &trainer_->optimizer().m(); }
   FloatArena* optimizer_v() override { return &trainer_->optimizer().v(); }

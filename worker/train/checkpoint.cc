@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -106,6 +107,11 @@ class Reader {
   template <typename T>
   bool Get(T* value) {
     return Read(value, sizeof(T));
+  }
+  bool Skip(size_t bytes) {
+    if (bytes > size_ - pos_) return false;
+    pos_ += bytes;
+    return true;
   }
   size_t pos() const { return pos_; }
 
@@ -218,6 +224,71 @@ absl::StatusOr<Header> CheckFile(const std::string& path,
   return h;
 }
 
+// A checkpoint is loaded only if every value is finite (a NaN written by a
+// diverged run must not be resumed from).
+absl::Status CheckFinite(const std::string& path, absl::string_view what,
+                         const float* values, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    if (!std::isfinite(values[i]))
+      return absl::DataLossError(absl::StrCat(
+          "checkpoint ", path, " holds a non-finite value in ", what,
+          " (element ", i, ")"));
+  }
+  return absl::OkStatus();
+}
+
+// The caller's buffers and values, after the arenas; checks every buffer
+// value is finite.
+absl::Status ReadExtras(const std::string& path, Reader& reader,
+                        uint64_t file_size, CheckpointExtras* extras) {
+  const auto malformed = [&path, &reader](absl::string_view what) {
+    return absl::DataLossError(absl::StrCat("checkpoint ", path,
+                                            " is malformed: ", what,
+                                            " at byte ", reader.pos()));
+  };
+  uint32_t count = 0;
+  if (!reader.Get(&count)) return malformed("missing buffer count");
+  for (uint32_t i = 0; i < count; ++i) {
+    uint32_t name_len = 0;
+    uint64_t floats = 0;
+    std::string name;
+    if (!reader.Get(&name_len)) return malformed("missing buffer name");
+    name.resize(name_len);
+    if (!reader.Read(name.data(), name_len) || !reader.Get(&floats) ||
+        floats > file_size / sizeof(float)) {
+      return malformed("bad buffer entry");
+    }
+    std::vector<float> values(floats);
+    if (!reader.Read(values.data(), floats * sizeof(float))) {
+      return malformed(absl::StrCat("buffer \"", name, "\" runs past the end"));
+    }
+    extras->buffers[name] = std::move(values);
+  }
+  if (!reader.Get(&count)) return malformed("missing value count");
+  for (uint32_t i = 0; i < count; ++i) {
+    uint32_t key_len = 0;
+    uint64_t value_len = 0;
+    std::string key, value;
+    if (!reader.Get(&key_len)) return malformed("missing key");
+    key.resize(key_len);
+    if (!reader.Read(key.data(), key_len) || !reader.Get(&value_len) ||
+        value_len > file_size) {
+      return malformed("bad key/value entry");
+    }
+    value.resize(value_len);
+    if (!reader.Read(value.data(), value_len)) {
+      return malformed(absl::StrCat("value of \"", key, "\" runs past the end"));
+    }
+    extras->values[key] = std::move(value);
+  }
+  if (reader.pos() != file_size - kTrailerBytes) {
+    return malformed("trailing bytes before the checksum");
+  }
+  for (const auto& [name, values] : extras->buffers)
+    RETURN_IF_ERROR(CheckFinite(path, name, values.data(), values.size()));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status WriteCheckpoint(const std::string& path,
@@ -274,6 +345,20 @@ absl::StatusOr<ModelConfig> ReadCheckpointConfig(const std::string& path) {
   return header.config;
 }
 
+absl::StatusOr<CheckpointExtras> ReadCheckpointExtras(const std::string& path) {
+  ASSIGN_OR_RETURN(auto file, MappedFile::Open(path));
+  Reader reader(file->data(), file->size() - kTrailerBytes);
+  ASSIGN_OR_RETURN(Header header, CheckFile(path, *file, &reader));
+  const uint64_t arena_bytes = 3 * header.total_floats * sizeof(float);
+  if (arena_bytes > file->size() - kTrailerBytes - reader.pos() ||
+      !reader.Skip(arena_bytes))
+    return absl::DataLossError(absl::StrCat(
+        "checkpoint ", path, " is malformed: arenas run past the end"));
+  CheckpointExtras extras;
+  RETURN_IF_ERROR(ReadExtras(path, reader, file->size(), &extras));
+  return extras;
+}
+
 absl::StatusOr<std::unique_ptr<CheckpointState>> ReadCheckpoint(
     const std::string& path, std::shared_ptr<const ArenaLayout> layout) {
   ASSIGN_OR_RETURN(auto file, MappedFile::Open(path));
@@ -304,44 +389,11 @@ absl::StatusOr<std::unique_ptr<CheckpointState>> ReadCheckpoint(
       return malformed("arena runs past the end");
     }
   }
-  uint32_t count = 0;
-  if (!reader.Get(&count)) return malformed("missing buffer count");
-  for (uint32_t i = 0; i < count; ++i) {
-    uint32_t name_len = 0;
-    uint64_t floats = 0;
-    std::string name;
-    if (!reader.Get(&name_len)) return malformed("missing buffer name");
-    name.resize(name_len);
-    if (!reader.Read(name.data(), name_len) || !reader.Get(&floats) ||
-        floats > file->size() / sizeof(float)) {
-      return malformed("bad buffer entry");
-    }
-    std::vector<float> values(floats);
-    if (!reader.Read(values.data(), floats * sizeof(float))) {
-      return malformed(absl::StrCat("buffer \"", name, "\" runs past the end"));
-    }
-    state->extras.buffers[name] = std::move(values);
-  }
-  if (!reader.Get(&count)) return malformed("missing value count");
-  for (uint32_t i = 0; i < count; ++i) {
-    uint32_t key_len = 0;
-    uint64_t value_len = 0;
-    std::string key, value;
-    if (!reader.Get(&key_len)) return malformed("missing key");
-    key.resize(key_len);
-    if (!reader.Read(key.data(), key_len) || !reader.Get(&value_len) ||
-        value_len > file->size()) {
-      return malformed("bad key/value entry");
-    }
-    value.resize(value_len);
-    if (!reader.Read(value.data(), value_len)) {
-      return malformed(absl::StrCat("value of \"", key, "\" runs past the end"));
-    }
-    state->extras.values[key] = std::move(value);
-  }
-  if (reader.pos() != file->size() - kTrailerBytes) {
-    return malformed("trailing bytes before the checksum");
-  }
+  const char* names[] = {"params", "adam_m", "adam_v"};
+  int k = 0;
+  for (const FloatArena* arena : {&state->params, &state->adam_m, &state->adam_v})
+    RETURN_IF_ERROR(CheckFinite(path, names[k++], arena->data(), arena->size()));
+  RETURN_IF_ERROR(ReadExtras(path, reader, file->size(), &state->extras));
   return state;
 }
 

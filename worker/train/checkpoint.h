@@ -10,14 +10,17 @@
 // `path` and fsyncs the directory, so a crash leaves the old file or the
 // new one, never a mix. ReadCheckpoint refuses (with a message naming the
 // path and the problem) a file with a bad magic, another format version,
-// a wrong length (truncated or extended), a checksum mismatch, or a layout
-// other than the expected one.
+// a wrong length (truncated or extended), a checksum mismatch, a
+// non-finite value (parameters, moments or buffers), or a layout other
+// than the expected one. It reads into a new CheckpointState, so a caller
+// that copies from it only after it returned OK never loads half a file.
 //
 // Pure functions over their arguments; thread-safe for distinct paths.
 #ifndef GASLOC_WORKER_TRAIN_CHECKPOINT_H_
 #define GASLOC_WORKER_TRAIN_CHECKPOINT_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -67,11 +70,22 @@ struct CheckpointState {
   CheckpointExtras extras;
 };
 
-// DATA_LOSS for damaged files (bad magic, wrong length, checksum),
+// DATA_LOSS for damaged files (bad magic, wrong length, checksum, a
+// non-finite value),
 // FAILED_PRECONDITION for another format version or a layout that differs
 // from `layout`, NOT_FOUND for a missing file.
 absl::StatusOr<std::unique_ptr<CheckpointState>> ReadCheckpoint(
     const std::string& path, std::shared_ptr<const ArenaLayout> layout);
+
+// Accepts (OK) or refuses the caller's part of a checkpoint before
+// anything is loaded: a trainer's LoadCheckpoint calls it on the state read
+// into scratch and swaps that state in only if it says OK.
+using CheckpointCheck = std::function<absl::Status(const CheckpointExtras&)>;
+
+// Only the caller's buffers and values of a checkpoint (checked like
+// ReadCheckpoint except the layout), to validate them before anything is
+// loaded (RoundRunner::LoadCheckpoint).
+absl::StatusOr<CheckpointExtras> ReadCheckpointExtras(const std::string& path);
 
 // Only the model config stored in a checkpoint (checked like
 // ReadCheckpoint except the layout), to build the model that reads it.

@@ -205,7 +205,7 @@ absl::Status Trainer::SaveCheckpoint(const std::string& path,
 }
 
 absl::StatusOr<CheckpointExtras> Trainer::LoadCheckpoint(
-    const std::string& path) {
+    const std::string& path, const CheckpointCheck& check) {
   ASSIGN_OR_RETURN(auto state, ReadCheckpoint(path, model_->layout()));
   const ModelConfig& c = config();
   if (state->config.layers != c.layers || state->config.d_model != c.d_model ||
@@ -215,6 +215,7 @@ absl::StatusOr<CheckpointExtras> Trainer::LoadCheckpoint(
         state->config.layers, ", d_model ", state->config.d_model, ", heads ",
         state->config.heads, ", context ", state->config.context, ")"));
   }
+  if (check) RETURN_IF_ERROR(check(state->extras));
   params_.CopyFrom(state->params);
   adamw_.m().CopyFrom(state->adam_m);
   adamw_.v().CopyFrom(state->adam_v);

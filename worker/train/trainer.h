@@ -98,8 +98,11 @@ class Trainer {
   absl::Status SaveCheckpoint(const std::string& path,
                               const CheckpointExtras& extras = {});
   // Restores what SaveCheckpoint wrote; returns the extras. Refuses a
-  // checkpoint of another model config (FAILED_PRECONDITION).
-  absl::StatusOr<CheckpointExtras> LoadCheckpoint(const std::string& path);
+  // checkpoint of another model config (FAILED_PRECONDITION), a damaged
+  // one, or one whose extras `check` refuses; all or nothing: the state is
+  // read into scratch and swapped in only when every check passed.
+  absl::StatusOr<CheckpointExtras> LoadCheckpoint(
+      const std::string& path, const CheckpointCheck& check = nullptr);
 
   FloatArena& params() { return params_; }
   const FloatArena& params() const { return params_; }

@@ -82,9 +82,13 @@ class FakeTrainer : public InnerTrainer {
     return absl::OkStatus();
   }
   absl::StatusOr<CheckpointExtras> LoadCheckpoint(
-      const std::string& path) override {
+      const std::string& path, const CheckpointCheck& check) override {
     auto it = saved_.find(path);
     if (it == saved_.end()) return absl::NotFoundError(path);
+    if (check) {
+      absl::Status accepted = check(it->second.second);
+      if (!accepted.ok()) return accepted;
+    }
     std::copy(it->second.first.begin(), it->second.first.end(), params_.data());
     return it->second.second;
   }

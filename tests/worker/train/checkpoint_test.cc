@@ -5,9 +5,12 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <string>
 
 #include "gtest/gtest.h"
+#include "tests/worker/train/tiny_trainer.h"
+#include "worker/train/trainer.h"
 
 namespace gasloc {
 namespace {
@@ -181,5 +184,80 @@ TEST_F(CheckpointTest, MissingFileAndBadArguments) {
       WriteCheckpoint((dir_ / "no-such-dir" / "x.ckpt").string(), View()).ok());
 }
 
+TEST_F(CheckpointTest, RefusesANonFiniteValue) {
+  params_.data()[3] = std::numeric_limits<float>::quiet_NaN();
+  ASSERT_TRUE(WriteCheckpoint(path_, View()).ok());
+  auto state = ReadCheckpoint(path_, layout_);
+  EXPECT_EQ(state.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(state.status().message().find("non-finite value in params (element 3)"),
+            std::string::npos)
+      << state.status();
+  Fill(&params_, 1.0f);
+  extras_.buffers["outer.y_prev"][1] = std::numeric_limits<float>::infinity();
+  ASSERT_TRUE(WriteCheckpoint(path_, View()).ok());
+  EXPECT_EQ(ReadCheckpoint(path_, layout_).status().code(),
+            absl::StatusCode::kDataLoss);
+  EXPECT_EQ(ReadCheckpointExtras(path_).status().code(),
+            absl::StatusCode::kDataLoss);
+}
+
+TEST_F(CheckpointTest, ExtrasAloneReadBack) {
+  ASSERT_TRUE(WriteCheckpoint(path_, View()).ok());
+  auto extras = ReadCheckpointExtras(path_);
+  ASSERT_TRUE(extras.ok()) << extras.status();
+  EXPECT_EQ(extras->buffers, extras_.buffers);
+  EXPECT_EQ(extras->values, extras_.values);
+}
+
+// A load that fails (a truncated file, a non-finite value, outer state the
+// caller refuses) leaves the trainer bit-identical: its parameters, AdamW
+// state, step counts and data cursor, compared as the bytes of a
+// checkpoint saved before and after the failed load.
+TEST(TrainerCheckpointLoad, AFailedLoadLeavesTheTrainerBitIdentical) {
+  const v1::JobSpec spec = testing::TinySpec();
+  auto trainer = testing::MakeTrainerOf(spec);
+  ASSERT_NE(trainer, nullptr);
+  const std::string good = testing::TempPath("ckpt-good");
+  const std::string cut = testing::TempPath("ckpt-cut");
+  const std::string nan = testing::TempPath("ckpt-nan");
+  const std::string before = testing::TempPath("ckpt-before");
+  const std::string after = testing::TempPath("ckpt-after");
+  CheckpointExtras outer;
+  outer.values["round"] = "3";
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(trainer->Step().ok());
+  ASSERT_TRUE(trainer->SaveCheckpoint(good, outer).ok());
+  const std::string bytes = ReadAll(good);
+  WriteAll(cut, bytes.substr(0, bytes.size() / 2));  // half written
+  {
+    auto poisoned = testing::MakeTrainerOf(spec);
+    ASSERT_NE(poisoned, nullptr);
+    poisoned->params().data()[5] = std::numeric_limits<float>::quiet_NaN();
+    ASSERT_TRUE(poisoned->SaveCheckpoint(nan, outer).ok());
+  }
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(trainer->Step().ok());
+  ASSERT_TRUE(trainer->SaveCheckpoint(before, outer).ok());
+
+  EXPECT_EQ(trainer->LoadCheckpoint(cut).status().code(),
+            absl::StatusCode::kDataLoss);
+  EXPECT_EQ(trainer->LoadCheckpoint(nan).status().code(),
+            absl::StatusCode::kDataLoss);
+  const CheckpointCheck refuse = [](const CheckpointExtras& extras) {
+    EXPECT_EQ(extras.values.at("round"), "3");
+    return absl::DataLossError("outer state refused");
+  };
+  EXPECT_EQ(trainer->LoadCheckpoint(good, refuse).status().code(),
+            absl::StatusCode::kDataLoss);
+
+  ASSERT_TRUE(trainer->SaveCheckpoint(after, outer).ok());
+  EXPECT_TRUE(ReadAll(before) == ReadAll(after));
+  // The good one still loads, and changes the state.
+  ASSERT_TRUE(trainer->LoadCheckpoint(good).ok());
+  ASSERT_TRUE(trainer->SaveCheckpoint(after, outer).ok());
+  EXPECT_TRUE(ReadAll(good) == ReadAll(after));
+  for (const std::string& p : {good, cut, nan, before, after})
+    std::filesystem::remove(p);
+}
+
 }  // namespace
 }  // namespace gasloc
+
