@@ -1,6 +1,7 @@
 #include "worker/round/round_runner.h"
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 #include "absl/strings/numbers.h"
@@ -371,13 +372,20 @@ void RoundRunner::GossipExchange(const v1::Assignment& assignment,
     absl::StrAppend(&failure, failure.empty() ? "" : "; ", "worker ",
                     assignment.peers(k).worker_id(), ": ", edge[k].ToString());
   }
+  // peer_distance: the RMS over this round's committed peers of
+  // ||x_i - x_j|| (x = what is gossiped: y, or z for MIXED), this worker's
+  // neighbourhood view of the spread (algorithms.md, "Peer distance").
   std::vector<GossipNeighbor> neighbors;
+  double squared_sum = 0;
   for (int k = 0; k < peer_count; ++k) {
     if (!edge_ok[k]) continue;
     neighbors.push_back({received_[k].flat(), assignment.peers(k).weight()});
-    report->set_peer_distance(
-        static_cast<float>(L2Distance(gossiped, received_[k].flat())));
+    const double d = L2Distance(gossiped, received_[k].flat());
+    squared_sum += d * d;
   }
+  if (!neighbors.empty())
+    report->set_peer_distance(static_cast<float>(
+        std::sqrt(squared_sum / static_cast<double>(neighbors.size()))));
   if (!failure.empty()) {
     report->set_failure_reason(failure);
     GASLOC_LOG(WARNING) << "job " << options_.job_id << " round "

@@ -220,6 +220,34 @@ TEST(RoundRunner, Bf16GossipPreservesThePairMean) {
             0.05);
 }
 
+// A worker with two peers reports the RMS of its distances to both (the
+// neighbourhood estimate of the spread), not the distance to whichever
+// peer came last. Round 1 has no inner steps and eta = 1, so the gossiped
+// y's are the parameters after round 0.
+TEST(RoundRunner, PeerDistanceIsTheRmsOverTheRoundsPeers) {
+  InProcessNetwork network;
+  v1::JobSpec spec = Spec(v1::ALGORITHM_GASLOC);
+  spec.mutable_outer()->set_eta(1.0f);
+  spec.mutable_outer()->set_gamma(0.0f);
+  std::vector<std::unique_ptr<SimWorker>> w;
+  for (uint64_t id = 1; id <= 3; ++id)
+    w.push_back(std::make_unique<SimWorker>(network, id, spec,
+                                            id == 3 ? 4.0f : 1.0f - id));
+  auto reports = RunAll(w, {GossipAssignment(0, 1, {}, 0.25f, 3),
+                            GossipAssignment(0, 2, {}, 0.25f, 3),
+                            GossipAssignment(0, 3, {}, 0.25f, 3)});
+  std::vector<FloatArena> y;
+  for (auto& worker : w) y.push_back(worker->trainer.params());
+  reports = RunAll(w, {GossipAssignment(1, 1, {2, 3}, 0.25f, 0),
+                       GossipAssignment(1, 2, {1, 3}, 0.25f, 0),
+                       GossipAssignment(1, 3, {1, 2}, 0.25f, 0)});
+  ASSERT_TRUE(reports[0].ok()) << reports[0].status();
+  const double d12 = L2Distance(y[0].flat(), y[1].flat());
+  const double d13 = L2Distance(y[0].flat(), y[2].flat());
+  EXPECT_NEAR(reports[0]->peer_distance(),
+              std::sqrt((d12 * d12 + d13 * d13) / 2), 1e-4 * d13);
+}
+
 // Three ring workers (ids 1..3) pulled toward targets scale * id.
 std::vector<std::unique_ptr<SimWorker>> RingWorkers(InProcessNetwork& network,
                                                     const v1::JobSpec& spec,
