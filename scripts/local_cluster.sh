@@ -133,6 +133,8 @@ echo "local_cluster: coordinator on $coordinator, logs in $run_dir"
 if [ -z "$threads" ]; then
   threads=$(( $(nproc) / workers )); [ "$threads" -ge 1 ] || threads=1
 fi
+# --data_dir: each worker's state directory (its stable name, so a
+# restarted worker finds its own checkpoints).
 for i in $(seq 1 "$workers"); do
   mkdir -p "$run_dir/worker$i"
   OMP_WAIT_POLICY=PASSIVE "$bin/gasloc-worker" --coordinator="$coordinator" \

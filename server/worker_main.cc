@@ -4,6 +4,7 @@
 // decision is taken there.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <thread>
@@ -37,8 +38,13 @@ ABSL_FLAG(std::string, advertise, "",
           "bound port.");
 ABSL_FLAG(int, threads, 0, "Compute threads (0 = all cores).");
 ABSL_FLAG(std::string, data_dir, ".",
-          "Directory for scratch files (checkpoints go to the job's "
-          "checkpoint directory).");
+          "The worker's state directory: its stable name (file worker_name, "
+          "made on first start, so a restarted worker finds its own "
+          "checkpoints) and the checkpoints of jobs whose "
+          "checkpoint.directory is relative (resolved under it).");
+ABSL_FLAG(int, checkpoints_kept, 2,
+          "Checkpoints kept per job: the latest and the previous ones "
+          "(<path>.1 ...), tried newest first when one is damaged. >= 1.");
 ABSL_FLAG(int, metrics_port, 0,
           "Port of the Prometheus /metrics endpoint (0 = off).");
 ABSL_FLAG(std::string, tls_cert, "", "PEM certificate (enables TLS).");
@@ -117,6 +123,17 @@ int RunWorker() {
     options.metrics = &metrics;
   }
   options.data_dir = absl::GetFlag(FLAGS_data_dir);
+  options.checkpoints_kept = std::max(1, absl::GetFlag(FLAGS_checkpoints_kept));
+  auto name = LoadOrCreateWorkerName(options.data_dir);
+  if (name.ok()) {
+    options.name = *name;
+  } else {
+    // Still a worker, but its checkpoints are named by its worker id: a
+    // restarted worker will not find them.
+    GASLOC_LOG(WARNING) << "gasloc-worker: --data_dir " << options.data_dir
+                        << " is not writable, no stable name: "
+                        << name.status();
+  }
 
   ModelFetcher fetcher = [&transport](const v1::PeerAssignment& source,
                                       uint64_t job_id, uint64_t self_id) {

@@ -131,6 +131,7 @@ v1::JobStatus Cluster::WaitForJobEnd(uint64_t job_id, absl::Duration timeout) {
 void Cluster::CheckpointedParams(std::vector<std::vector<float>>* out) {
   auto& params = *out;
   for (const auto& entry : fs::directory_iterator(absl::StrCat(dir_, "/ckpt"))) {
+    if (entry.path().extension() != ".ckpt") continue;  // previous ones: .ckpt.1
     auto config = ReadCheckpointConfig(entry.path().string());
     ASSERT_TRUE(config.ok()) << entry.path() << ": " << config.status();
     auto state =

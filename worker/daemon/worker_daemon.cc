@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <random>
 
 #include "absl/strings/str_cat.h"
 #include "common/job_spec.h"
@@ -155,11 +157,72 @@ absl::Duration WorkerDaemon::HeartbeatOnce() {
   return absl::Milliseconds(std::max<uint32_t>(200, response->lease_ms() / 3));
 }
 
+absl::StatusOr<std::string> LoadOrCreateWorkerName(
+    const std::string& data_dir) {
+  namespace fs = std::filesystem;
+  const fs::path file = fs::path(data_dir) / "worker_name";
+  std::ifstream in(file);
+  std::string name;
+  if (in && std::getline(in, name) && !name.empty()) return name;
+  std::error_code error;
+  fs::create_directories(data_dir, error);
+  if (error)
+    return absl::UnavailableError(absl::StrCat(
+        "cannot create the state directory ", data_dir, ": ", error.message()));
+  std::random_device random;
+  name = absl::StrCat("w-", absl::Hex((uint64_t{random()} << 32) | random(),
+                                      absl::kZeroPad16));
+  const fs::path tmp = fs::path(data_dir) / "worker_name.tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << name << "\n";
+    out.flush();
+    if (!out)
+      return absl::UnavailableError(
+          absl::StrCat("cannot write ", tmp.string()));
+  }
+  fs::rename(tmp, file, error);
+  if (error)
+    return absl::UnavailableError(absl::StrCat(
+        "cannot rename ", tmp.string(), ": ", error.message()));
+  return name;
+}
+
 std::string WorkerDaemon::CheckpointPath(const Job& job) const {
-  std::string dir = job.spec.checkpoint().directory();
+  std::filesystem::path dir = job.spec.checkpoint().directory();
   if (dir.empty()) return "";
-  return absl::StrCat(dir, "/job", job.job_id, "-w", worker_id_.load(),
-                      ".ckpt");
+  if (dir.is_relative()) dir = std::filesystem::path(options_.data_dir) / dir;
+  const std::string name = options_.name.empty()
+                               ? absl::StrCat("w", worker_id_.load())
+                               : options_.name;
+  return absl::StrCat(dir.string(), "/job", job.job_id, "-", name, ".ckpt");
+}
+
+std::vector<std::string> WorkerDaemon::CheckpointCandidates(
+    const Job& job) const {
+  const std::string path = CheckpointPath(job);
+  if (path.empty()) return {};
+  std::vector<std::string> candidates = {path};
+  for (int i = 1; i < options_.checkpoints_kept; ++i)
+    candidates.push_back(absl::StrCat(path, ".", i));
+  return candidates;
+}
+
+bool WorkerDaemon::ResumeFromCheckpoint(Job& job) {
+  for (const std::string& path : CheckpointCandidates(job)) {
+    if (!std::filesystem::exists(path)) continue;
+    // RoundRunner::LoadCheckpoint is all or nothing: a damaged file leaves
+    // the parameters, optimizer state and data cursor as they were.
+    absl::Status loaded = job.runner->LoadCheckpoint(path);
+    if (loaded.ok()) {
+      GASLOC_LOG(INFO) << "job " << job.job_id << ": resumed from " << path
+                       << " at round " << job.runner->next_round();
+      return true;
+    }
+    GASLOC_LOG(WARNING) << "job " << job.job_id << ": checkpoint " << path
+                        << " unusable, trying the previous one: " << loaded;
+  }
+  return false;
 }
 
 absl::StatusOr<WorkerDaemon::Job*> WorkerDaemon::PrepareJob(
@@ -189,36 +252,49 @@ absl::StatusOr<WorkerDaemon::Job*> WorkerDaemon::PrepareJob(
   if (options_.metrics != nullptr)
     options_.metrics->BeginJob(job->job_id, worker_id_.load());
 
-  // Resume from our own checkpoint of this job, else fetch the model from
-  // a member if the coordinator named one, else start from theta_0.
-  const std::string path = CheckpointPath(*job);
-  if (!path.empty() && std::filesystem::exists(path)) {
-    absl::Status loaded = job->runner->LoadCheckpoint(path);
-    if (loaded.ok()) {
-      GASLOC_LOG(INFO) << "job " << job->job_id << ": resumed from " << path
-                       << " at round " << job->runner->next_round();
-    } else {
-      GASLOC_LOG(WARNING) << "job " << job->job_id << ": ignoring checkpoint "
-                          << path << ": " << loaded;
-    }
-  } else if (assignment.has_model_source() &&
-             assignment.model_source().worker_id() != 0 && model_fetcher_) {
+  // A member's model first (it is current), else our own newest usable
+  // checkpoint of this job, else theta_0, but only in round 0: a worker
+  // never starts from initial weights in a job that has trained (it would
+  // gossip them into trained peers); it reports why and asks again.
+  absl::Status fetch_error;
+  bool have_model = false;
+  if (assignment.has_model_source() &&
+      assignment.model_source().worker_id() != 0 && model_fetcher_) {
     const std::string what =
         absl::StrCat("fetching the model from worker ",
                      assignment.model_source().worker_id());
     auto model = model_fetcher_(assignment.model_source(), job->job_id,
                                 worker_id_.load());
-    if (!model.ok()) return Annotate(model.status(), what);
-    RETURN_IF_ERROR(Annotate(job->runner->InstallFetchedModel(*model), what));
-    GASLOC_LOG(INFO) << "job " << job->job_id << ": joined with the model of "
-                     << "worker " << assignment.model_source().worker_id()
-                     << " at round " << model->round << " ("
-                     << (model->optimizer_m.empty()
-                             ? "no AdamW state sent: inner optimizer starts cold"
-                             : absl::StrCat("AdamW state at step ",
-                                            model->optimizer_step))
-                     << ")";
+    if (model.ok())
+      fetch_error = Annotate(job->runner->InstallFetchedModel(*model), what);
+    else
+      fetch_error = Annotate(model.status(), what);
+    if (fetch_error.ok()) {
+      have_model = true;
+      GASLOC_LOG(INFO) << "job " << job->job_id << ": joined with the model of "
+                       << "worker " << assignment.model_source().worker_id()
+                       << " at round " << model->round << " ("
+                       << (model->optimizer_m.empty()
+                               ? "no AdamW state sent: inner optimizer starts cold"
+                               : absl::StrCat("AdamW state at step ",
+                                              model->optimizer_step))
+                       << ")";
+    } else {
+      GASLOC_LOG(WARNING) << "job " << job->job_id << ": " << fetch_error
+                          << "; falling back to this worker's checkpoint";
+    }
   }
+  if (!have_model) have_model = ResumeFromCheckpoint(*job);
+  if (!have_model && assignment.round() > 0)
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", job->job_id, " is at round ", assignment.round(),
+        " and this worker has no model of it (",
+        fetch_error.ok() ? "no member to fetch it from"
+                         : std::string(fetch_error.message()),
+        "; no usable checkpoint in ",
+        CheckpointPath(*job).empty() ? "(no checkpoint directory)"
+                                     : CheckpointPath(*job),
+        "): not starting from initial weights; asking again"));
   GASLOC_LOG(INFO) << "job " << job->job_id << " (" << job->spec.name()
                    << "): " << v1::Algorithm_Name(job->spec.outer().algorithm())
                    << ", data rank " << shard.rank << " of "
@@ -228,10 +304,21 @@ absl::StatusOr<WorkerDaemon::Job*> WorkerDaemon::PrepareJob(
 }
 
 void WorkerDaemon::WriteCheckpoint(Job& job, const std::string& path) {
+  namespace fs = std::filesystem;
   const absl::Time start = clock_.Now();
   std::error_code ignored;  // SaveCheckpoint reports a missing directory
-  std::filesystem::create_directories(job.spec.checkpoint().directory(),
-                                      ignored);
+  fs::create_directories(fs::path(path).parent_path(), ignored);
+  // Keep the previous ones (pruned to checkpoints_kept): shift <path>.i to
+  // <path>.i+1, the oldest falling off, and hard-link the latest as
+  // <path>.1; the new file then replaces <path> atomically, so a crash at
+  // any point leaves the latest or the previous checkpoint.
+  const std::vector<std::string> kept = CheckpointCandidates(job);
+  if (kept.size() >= 2 && fs::exists(path)) {
+    fs::remove(kept.back(), ignored);
+    for (size_t i = kept.size() - 1; i >= 2; --i)
+      if (fs::exists(kept[i - 1])) fs::rename(kept[i - 1], kept[i], ignored);
+    fs::create_hard_link(path, kept[1], ignored);
+  }
   absl::Status saved = job.runner->SaveCheckpoint(path);
   if (!saved.ok()) {
     GASLOC_LOG(WARNING) << "job " << job.job_id << ": checkpoint failed: "

@@ -35,6 +35,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
@@ -54,7 +55,17 @@ namespace gasloc {
 struct WorkerDaemonOptions {
   v1::WorkerInfo info;          // address = what peers dial
   int threads = 0;              // compute threads (0 = all cores)
-  std::string data_dir = ".";   // fallback checkpoint directory
+  // The worker's state directory (--data_dir): a job's relative
+  // checkpoint.directory resolves under it.
+  std::string data_dir = ".";
+  // The worker's stable name (LoadOrCreateWorkerName: kept in data_dir, the
+  // same across restarts), which names its checkpoints, so a restarted
+  // worker (a new worker id) finds its own. Empty = "w<worker id>".
+  std::string name;
+  // Checkpoints kept per job: the latest and, on every write, the
+  // previous ones as <path>.1 .. <path>.<n-1> (newest first). A load tries
+  // them in that order. At least 1.
+  int checkpoints_kept = 2;
   absl::Duration assignment_wait = absl::Seconds(10);
   absl::Duration retry_backoff = absl::Milliseconds(500);
   // Longest back-off between retries of a round report.
@@ -71,6 +82,11 @@ struct DataShard {
   int rank = 0;
   int num_workers = 1;
 };
+
+// The worker's stable name, kept in `<data_dir>/worker_name`: read if the
+// file is there, else made (16 random hex digits after "w-") and written
+// atomically. UNAVAILABLE if the directory cannot be created or written.
+absl::StatusOr<std::string> LoadOrCreateWorkerName(const std::string& data_dir);
 
 // The one place a worker's data rank is decided: the coordinator's rank
 // among the epoch's members, of as many shards as the ring lists (the
@@ -145,6 +161,11 @@ class WorkerDaemon {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(job_mu_);
   void DropJob(const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(job_mu_);
   std::string CheckpointPath(const Job& job) const;
+  // The job's checkpoints, newest first (the latest, then <path>.1, ...).
+  std::vector<std::string> CheckpointCandidates(const Job& job) const;
+  // Loads the newest checkpoint of the job that loads (a damaged one is
+  // skipped; a failed load leaves the runner untouched); false if none.
+  bool ResumeFromCheckpoint(Job& job);
   // Saves the job's checkpoint to `path` (logs a failure; records the
   // duration in the metrics).
   void WriteCheckpoint(Job& job, const std::string& path);

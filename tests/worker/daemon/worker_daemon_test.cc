@@ -24,6 +24,7 @@
 #include "gtest/gtest.h"
 #include "tests/worker/round/fake_trainer.h"
 #include "worker/exchange/in_process_transport.h"
+#include "worker/train/checkpoint.h"
 
 namespace gasloc {
 namespace {
@@ -121,6 +122,11 @@ class FakeCoordinator final : public CoordinatorLink {
     absl::MutexLock lock(&mu_);
     known_.clear();
   }
+  // A new worker process after one that shut down (CancelWaits).
+  void Reopen() {
+    absl::MutexLock lock(&mu_);
+    cancelled_ = false;
+  }
   // The coordinator lost its database: `job` is unknown (NOT_FOUND).
   void ForgetJob(uint64_t job) {
     absl::MutexLock lock(&mu_);
@@ -194,6 +200,38 @@ class FakeCoordinator final : public CoordinatorLink {
   std::vector<v1::GetAssignmentRequest> polls_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::ReportRoundRequest> reports_ ABSL_GUARDED_BY(mu_);
   std::vector<uint64_t> left_ ABSL_GUARDED_BY(mu_);
+};
+
+// The fake trainer with real checkpoint files (worker/train/checkpoint.h:
+// checked, all or nothing), which records the file it loaded.
+class FileTrainer final : public FakeTrainer {
+ public:
+  explicit FileTrainer(std::shared_ptr<const ArenaLayout> layout)
+      : FakeTrainer(layout, 1.0f), layout_(std::move(layout)) {}
+  absl::Status SaveCheckpoint(const std::string& path,
+                              const CheckpointExtras& outer) override {
+    CheckpointView view;
+    view.params = view.adam_m = view.adam_v = &params();
+    view.extras = &outer;
+    return WriteCheckpoint(path, view);
+  }
+  absl::StatusOr<CheckpointExtras> LoadCheckpoint(
+      const std::string& path, const CheckpointCheck& check) override {
+    auto state = ReadCheckpoint(path, layout_);
+    if (!state.ok()) return state.status();
+    if (check) {
+      absl::Status accepted = check((*state)->extras);
+      if (!accepted.ok()) return accepted;
+    }
+    params().CopyFrom((*state)->params);
+    loaded_from_ = path;
+    return (*state)->extras;
+  }
+  const std::string& loaded_from() const { return loaded_from_; }
+
+ private:
+  std::shared_ptr<const ArenaLayout> layout_;
+  std::string loaded_from_;
 };
 
 // A job of one worker alone (no peers): GASLoC on the fake trainer.
@@ -448,6 +486,90 @@ TEST_F(WorkerDaemonTest, AJobTheCoordinatorNoLongerKnowsIsDropped) {
   EXPECT_EQ(daemon_->job_id(), 8u);
   ASSERT_EQ(coordinator_.reports().size(), 2u);
   EXPECT_EQ(coordinator_.reports()[1].job_id(), 8u);
+}
+
+// A worker restarted (a new process: a new worker id) finds its own
+// checkpoints by its stable name, under --data_dir for a relative
+// checkpoint directory; the latest is half written, so it resumes from the
+// previous one (kept by the rotation) instead of from initial weights.
+TEST_F(WorkerDaemonTest, RestartedWorkerResumesFromItsPreviousCheckpoint) {
+  const std::string data_dir = ::testing::TempDir() + "daemon-state-" +
+                               std::to_string(getpid());
+  std::filesystem::remove_all(data_dir);
+  auto name = LoadOrCreateWorkerName(data_dir);
+  ASSERT_TRUE(name.ok()) << name.status();
+  EXPECT_EQ(*LoadOrCreateWorkerName(data_dir), *name);  // stable
+  v1::JobSpec spec = Spec(corpus_.string());
+  spec.mutable_checkpoint()->set_directory("ckpt");  // under data_dir
+  spec.mutable_checkpoint()->set_interval_rounds(1);
+  std::vector<FileTrainer*> trainers;
+  auto start = [&](uint64_t address) {
+    WorkerDaemonOptions options;
+    options.info.set_address(absl::StrCat("inproc:", address));
+    options.retry_backoff = kBackoff;
+    options.assignment_wait = absl::Milliseconds(100);
+    options.clock = &clock_;
+    options.data_dir = data_dir;
+    options.name = *name;
+    options.checkpoints_kept = 2;
+    TrainerFactory factory = [&](const v1::JobSpec&, DataShard, int)
+        -> absl::StatusOr<std::unique_ptr<InnerTrainer>> {
+      auto trainer = std::make_unique<FileTrainer>(FakeLayout());
+      trainers.push_back(trainer.get());
+      return std::unique_ptr<InnerTrainer>(std::move(trainer));
+    };
+    auto daemon = std::make_unique<WorkerDaemon>(options, &coordinator_,
+                                                 transport_.get(), factory,
+                                                 /*model_fetcher=*/nullptr);
+    daemon->SetIdentityListener(
+        [this](uint64_t id) { transport_->mailbox().set_self_id(id); });
+    EXPECT_TRUE(daemon->Register().ok());
+    return daemon;
+  };
+  auto first = start(100);
+  coordinator_.Hand(Round(7, 0, spec));
+  coordinator_.Hand(Round(7, 1, spec));
+  first->PollOnce();
+  first->PollOnce();
+  const std::string latest =
+      absl::StrCat(data_dir, "/ckpt/job7-", *name, ".ckpt");
+  ASSERT_TRUE(std::filesystem::exists(latest));
+  ASSERT_TRUE(std::filesystem::exists(latest + ".1"));  // the previous one
+  first.reset();  // the process dies
+  coordinator_.Reopen();
+
+  std::filesystem::resize_file(latest, std::filesystem::file_size(latest) / 2);
+  auto second = start(100);
+  EXPECT_EQ(second->worker_id(), 2u);  // a new id, same name
+  coordinator_.Hand(Round(7, 2, spec));
+  second->PollOnce();
+  EXPECT_TRUE(second->last_error().ok()) << second->last_error();
+  ASSERT_EQ(trainers.size(), 2u);
+  EXPECT_EQ(trainers[1]->loaded_from(), latest + ".1");
+  const auto reports = coordinator_.reports();
+  ASSERT_FALSE(reports.empty());
+  EXPECT_EQ(reports.back().round(), 2u);
+  EXPECT_EQ(reports.back().outcome(), v1::ROUND_OUTCOME_COMPLETED);
+  second.reset();
+  std::filesystem::remove_all(data_dir);
+}
+
+// A job that has trained (round > 0) with no model to fetch and no
+// checkpoint: the worker does not start from initial weights; it reports
+// a set-up failure saying why and asks again.
+TEST_F(WorkerDaemonTest, NeverStartsFromInitialWeightsInATrainedJob) {
+  ASSERT_TRUE(daemon_->Register().ok());
+  coordinator_.Hand(Round(7, 5, Spec(corpus_.string())));
+  daemon_->PollOnce();
+  EXPECT_EQ(daemon_->last_error().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(daemon_->last_error().message(),
+              HasSubstr("not starting from initial weights"));
+  ASSERT_EQ(coordinator_.reports().size(), 1u);
+  EXPECT_EQ(coordinator_.reports()[0].outcome(),
+            v1::ROUND_OUTCOME_SETUP_FAILED);
+  EXPECT_EQ(trainer_->steps(), 0);
+  EXPECT_EQ(daemon_->job_id(), 0u);
 }
 
 TEST(DataShardOf, RankAmongTheRingOrTheJobsWorkers) {
