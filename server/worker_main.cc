@@ -2,10 +2,13 @@
 // gRPC pieces (Peer service, peer transport, coordinator link, metrics
 // endpoint) to the daemon's logic in worker/daemon/ and runs it; every
 // decision is taken there.
+#include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <string>
 #include <thread>
 
@@ -37,11 +40,14 @@ ABSL_FLAG(std::string, advertise, "",
           "(or this machine's host name when listening on 0.0.0.0) with the "
           "bound port.");
 ABSL_FLAG(int, threads, 0, "Compute threads (0 = all cores).");
-ABSL_FLAG(std::string, data_dir, ".",
-          "The worker's state directory: its stable name (file worker_name, "
-          "made on first start, so a restarted worker finds its own "
-          "checkpoints) and the checkpoints of jobs whose "
-          "checkpoint.directory is relative (resolved under it).");
+ABSL_FLAG(std::string, data_dir, "",
+          "The worker's state directory, one per worker: its stable name "
+          "(file worker_name, made on first start, so a restarted worker "
+          "finds its own checkpoints; locked while the worker runs) and the "
+          "checkpoints of jobs whose checkpoint.directory is relative "
+          "(resolved under it). Empty = none: checkpoints are named by the "
+          "worker id and relative directories are under the working "
+          "directory.");
 ABSL_FLAG(int, checkpoints_kept, 2,
           "Checkpoints kept per job: the latest and the previous ones "
           "(<path>.1 ...), tried newest first when one is damaged. >= 1.");
@@ -122,17 +128,29 @@ int RunWorker() {
     exposer = std::move(*started);
     options.metrics = &metrics;
   }
-  options.data_dir = absl::GetFlag(FLAGS_data_dir);
   options.checkpoints_kept = std::max(1, absl::GetFlag(FLAGS_checkpoints_kept));
-  auto name = LoadOrCreateWorkerName(options.data_dir);
-  if (name.ok()) {
-    options.name = *name;
-  } else {
-    // Still a worker, but its checkpoints are named by its worker id: a
-    // restarted worker will not find them.
-    GASLOC_LOG(WARNING) << "gasloc-worker: --data_dir " << options.data_dir
-                        << " is not writable, no stable name: "
-                        << name.status();
+  if (const std::string dir = absl::GetFlag(FLAGS_data_dir); !dir.empty()) {
+    options.data_dir = dir;
+    // One worker per state directory: the lock is held (the descriptor
+    // left open) for the process's life.
+    std::error_code ignored;
+    std::filesystem::create_directories(dir, ignored);
+    const int lock = ::open((dir + "/worker.lock").c_str(),
+                            O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    auto name = lock >= 0 && ::flock(lock, LOCK_EX | LOCK_NB) == 0
+                    ? LoadOrCreateWorkerName(dir)
+                    : absl::StatusOr<std::string>(absl::UnavailableError(
+                          "another worker holds " + dir + "/worker.lock"));
+    if (name.ok()) {
+      options.name = *name;
+      GASLOC_LOG(INFO) << "state directory " << dir << ", worker name "
+                       << options.name;
+    } else {
+      // Still a worker, but its checkpoints are named by its worker id: a
+      // restarted worker will not find them.
+      GASLOC_LOG(WARNING) << "gasloc-worker: --data_dir " << dir
+                          << ": no stable name: " << name.status();
+    }
   }
 
   ModelFetcher fetcher = [&transport](const v1::PeerAssignment& source,

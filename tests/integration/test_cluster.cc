@@ -58,7 +58,8 @@ void Cluster::StartWorkers(int n, const std::vector<int>& metrics_ports) {
     std::vector<std::string> argv = {
         BinaryPath("gasloc-worker"), absl::StrCat("--coordinator=", address_),
         "--listen=127.0.0.1:0", "--threads=1",
-        absl::StrCat("--data_dir=", dir_)};
+        // One state directory per worker (its stable name and lock).
+        absl::StrCat("--data_dir=", dir_, "/worker", workers_.size())};
     if (i < static_cast<int>(metrics_ports.size()) && metrics_ports[i] != 0)
       argv.push_back(absl::StrCat("--metrics_port=", metrics_ports[i]));
     auto child = Subprocess::Start(argv, log);
