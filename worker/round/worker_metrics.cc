@@ -93,8 +93,9 @@ WorkerMetrics::WorkerMetrics(prometheus::Registry& registry,
       local_steps_(Gauge(registry, "gasloc_worker_local_steps",
                          "Local-step budget H_i of the current round")),
       peer_distance_(Gauge(registry, "gasloc_worker_peer_distance",
-                           "L2 distance to the last peer's parameters before "
-                           "averaging")),
+                           "RMS L2 distance to the round's used gossip peers' "
+                           "iterates before averaging (neighbourhood "
+                           "estimate of the consensus distance)")),
       step_duration_(Histogram(registry,
                                "gasloc_worker_inner_step_duration_seconds",
                                "Wall time of one inner step")),
