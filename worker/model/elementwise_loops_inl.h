@@ -263,12 +263,13 @@ void ToBf16Loop(const float* in, int64_t n, uint16_t* out) {
 
 // The table of this translation unit's build.
 ElementwiseLoops MakeElementwiseLoops(const char* isa) {
-  return ElementwiseLoops{isa,
-                          GeluWithDerivativeLoop,
-                          CausalSoftmaxLoop,
-                          CausalSoftmaxFromLseLoop,
-                          CausalSoftmaxBackwardLoop,
-                          ToBf16Loop};
+  return ElementwiseLoops{
+      .isa = isa,
+      .gelu_with_derivative = GeluWithDerivativeLoop,
+      .causal_softmax = CausalSoftmaxLoop,
+      .causal_softmax_from_lse = CausalSoftmaxFromLseLoop,
+      .causal_softmax_backward = CausalSoftmaxBackwardLoop,
+      .to_bf16 = ToBf16Loop};
 }
 
 }  // namespace

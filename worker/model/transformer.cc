@@ -1,59 +1,29 @@
+// TransformerModel: the pass. The plan (primitives, blocked weights) is
+// built in transformer_plan.cc, the activation buffers are carved in
+// transformer_workspace.cc; what is here reads like a training step:
+// Prepare, then each part's forward and backward side by side, then the
+// Model API calls that chain them.
 #include "worker/model/transformer.h"
 
 #include <omp.h>
 
-#include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <cstring>
-#include <new>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "worker/model/attention.h"
 
 namespace gasloc {
 
 using kernels::dt;
 
 namespace {
-constexpr float kLayerNormEps = 1e-5f;
 // Each plan holds its primitives and a blocked copy of the weights (two per
 // matrix), so keep few: training uses one shape, generation a handful.
 constexpr int kMaxPlans = 4;
-enum LinearKind { kQkv = 0, kProj = 1, kFc = 2, kFc2 = 3, kHead = 4 };
+constexpr int kQkv = TransformerPlan::kQkv, kProj = TransformerPlan::kProj,
+              kFc = TransformerPlan::kFc, kFc2 = TransformerPlan::kFc2;
 }  // namespace
-
-// The primitives for one (batch, length) shape. M = B * T rows.
-struct TransformerModel::Plan {
-  int B = 0, T = 0;
-  std::unique_ptr<kernels::Linear> qkv, proj, fc, fc2, head;
-  std::unique_ptr<kernels::LayerNorm> ln;
-  std::unique_ptr<kernels::Gelu> gelu;
-  std::unique_ptr<kernels::CausalAttention> attn;
-  std::unique_ptr<kernels::HeadLayout> heads;
-  std::unique_ptr<kernels::Convert> to_c_d;    // (M, d) f32 -> cdt
-  std::unique_ptr<kernels::Convert> to_c_v;    // (M, 256) f32 -> cdt
-  // This step's weights in the layouts the primitives chose (format_tag
-  // any): forward and backward-data copies of every matrix, written by
-  // Prepare() from the f32 arena.
-  struct Weights {
-    void* fwd = nullptr;
-    void* bwd = nullptr;
-  };
-  std::vector<std::array<Weights, 4>> layer_w;  // [layer][LinearKind]
-  Weights head_w;
-  std::unique_ptr<char, decltype(&std::free)> wbuf{nullptr, &std::free};
-  size_t wbuf_bytes = 0;
-  kernels::Linear* linear(int kind) const {
-    switch (kind) {
-      case kQkv: return qkv.get();
-      case kProj: return proj.get();
-      case kFc: return fc.get();
-      default: return fc2.get();
-    }
-  }
-};
 
 // Adds the scope's duration to profile_[op] when profiling is on.
 class TransformerModel::OpTimer {
@@ -88,13 +58,11 @@ TransformerModel::TransformerModel(const ModelConfig& config,
     : Model(config, std::move(layout)),
       options_(options),
       first_block_(options.first_block),
-      end_block_(options.num_blocks > 0 ? options.first_block + options.num_blocks
-                                        : config.layers),
+      end_block_(options.num_blocks > 0
+                     ? options.first_block + options.num_blocks
+                     : config.layers),
       index_(TensorIndex(config)),
-      cdt_(options.precision == v1::PRECISION_BF16 ? dt::bf16 : dt::f32),
-      csize_(kernels::DtSize(cdt_)) {}
-
-TransformerModel::~TransformerModel() { std::free(workspace_); }
+      cdt_(options.precision == v1::PRECISION_BF16 ? dt::bf16 : dt::f32) {}
 
 absl::StatusOr<std::unique_ptr<TransformerModel>> TransformerModel::Create(
     const ModelConfig& config, const ModelOptions& options) {
@@ -128,172 +96,10 @@ absl::StatusOr<std::unique_ptr<TransformerModel>> TransformerModel::Create(
   }
   std::unique_ptr<TransformerModel> model(
       new TransformerModel(config, MakeModelLayout(config), options));
-  RETURN_IF_ERROR(model->AllocateWorkspace());
+  RETURN_IF_ERROR(model->workspace_.Allocate(
+      config, options.max_batch, model->cdt_, model->first_block_,
+      model->end_block_));
   return model;
-}
-
-absl::Status TransformerModel::AllocateWorkspace() {
-  const size_t M = static_cast<size_t>(options_.max_batch) * config_.context;
-  const size_t d = config_.d_model, L = config_.layers, cs = csize_;
-  const bool bf16 = cdt_ == dt::bf16;
-  // Two passes: measure, then assign.
-  std::vector<std::pair<void**, size_t>> slots;
-  auto add = [&](void** p, size_t bytes) { slots.push_back({p, bytes}); };
-  x_.assign(L + 1, nullptr);
-  acts_.assign(L, LayerActs{});
-  const size_t first = first_block_, end = end_block_;
-  for (size_t l = first; l <= end; ++l) {
-    add(reinterpret_cast<void**>(&x_[l]), 4 * M * d);
-  }
-  for (size_t l = first; l < end; ++l) {
-    LayerActs& a = acts_[l];
-    add(reinterpret_cast<void**>(&a.mean1), 4 * M);
-    add(reinterpret_cast<void**>(&a.var1), 4 * M);
-    add(reinterpret_cast<void**>(&a.mean2), 4 * M);
-    add(reinterpret_cast<void**>(&a.var2), 4 * M);
-    add(&a.ln1, cs * M * d);
-    add(&a.qkvh, cs * M * 3 * d);
-    add(&a.att, cs * M * d);
-    add(reinterpret_cast<void**>(&a.x_mid), 4 * M * d);
-    add(&a.ln2, cs * M * d);
-    add(&a.h, cs * M * 4 * d);
-    add(&a.g, cs * M * 4 * d);
-    add(reinterpret_cast<void**>(&a.lse), 4 * M * config_.heads);
-  }
-  add(reinterpret_cast<void**>(&meanf_), 4 * M);
-  add(reinterpret_cast<void**>(&varf_), 4 * M);
-  add(&lnf_, cs * M * d);
-  add(reinterpret_cast<void**>(&logits_), 4 * M * kVocabSize);
-  if (bf16) {
-    add(&dlogits_c_, cs * M * kVocabSize);
-    add(&dres_c_, cs * M * d);
-  }
-  add(reinterpret_cast<void**>(&dres_[0]), 4 * M * d);
-  add(reinterpret_cast<void**>(&dres_[1]), 4 * M * d);
-  add(reinterpret_cast<void**>(&dmid_), 4 * M * d);
-  add(reinterpret_cast<void**>(&dln_), 4 * M * d);
-  add(&d4a_, cs * M * 4 * d);
-  add(&d4b_, cs * M * 4 * d);
-  add(&dqkv_, cs * M * 3 * d);
-  add(&qkv_tmp_, cs * M * 3 * d);
-  add(&oh_, cs * M * d);
-  add(&doh_, cs * M * d);
-  add(&dqkvh_, cs * M * 3 * d);
-  add(&datt_, cs * M * d);
-  size_t total = 0;
-  for (auto& [p, bytes] : slots) total += (bytes + 63) / 64 * 64;
-  workspace_ = static_cast<char*>(std::aligned_alloc(64, total));
-  if (workspace_ == nullptr) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("model workspace of ", total, " bytes"));
-  }
-  workspace_bytes_ = total;
-  size_t offset = 0;
-  for (auto& [p, bytes] : slots) {
-    *p = workspace_ + offset;
-    offset += (bytes + 63) / 64 * 64;
-  }
-  return absl::OkStatus();
-}
-
-std::vector<TransformerModel::LinearShape> TransformerModel::LinearShapes(
-    const ModelConfig& config, int M, dt cdt) {
-  const int d = config.d_model;
-  auto shape = [&](const char* name, int K, int N, dt y_type, dt dx_type,
-                   bool residual, bool bias, bool bwd_data_mul) {
-    kernels::Linear::Options o;
-    o.M = M;
-    o.K = K;
-    o.N = N;
-    o.cdt = cdt;
-    o.y_type = y_type;
-    o.dx_type = dx_type;
-    o.residual = residual;
-    o.bias = bias;
-    o.bwd_data_mul = bwd_data_mul;
-    o.blocked_weights = true;
-    return LinearShape{name, o};
-  };
-  // bf16: fc2's backward-data applies the GELU derivative (fused_gelu()).
-  const bool fused = cdt == dt::bf16;
-  return {shape("qkv", d, 3 * d, cdt, dt::f32, false, true, false),
-          shape("proj", d, d, dt::f32, cdt, true, true, false),
-          shape("fc", d, 4 * d, cdt, dt::f32, false, true, false),
-          shape("fc2", 4 * d, d, dt::f32, cdt, true, true, fused),
-          shape("head", d, kVocabSize, dt::f32, dt::f32, false, false, false)};
-}
-
-absl::StatusOr<TransformerModel::Plan*> TransformerModel::GetPlan(int batch,
-                                                                  int length) {
-  auto it = plans_.find({batch, length});
-  if (it != plans_.end()) return it->second.get();
-  if (plans_.size() >= kMaxPlans) plans_.clear();
-  auto plan = std::make_unique<Plan>();
-  plan->B = batch;
-  plan->T = length;
-  const int M = batch * length, d = config_.d_model;
-  try {
-    const std::vector<LinearShape> shapes = LinearShapes(config_, M, cdt_);
-    auto linear = [&](int kind) {
-      return std::make_unique<kernels::Linear>(&env_, shapes[kind].options);
-    };
-    plan->qkv = linear(kQkv);
-    plan->proj = linear(kProj);
-    plan->fc = linear(kFc);
-    plan->fc2 = linear(kFc2);
-    plan->head = linear(kHead);
-    plan->ln = std::make_unique<kernels::LayerNorm>(M, d, kLayerNormEps, cdt_);
-    plan->gelu =
-        std::make_unique<kernels::Gelu>(&env_, int64_t{M} * 4 * d, cdt_);
-    plan->attn = std::make_unique<kernels::CausalAttention>(
-        &env_, length, d, config_.heads, cdt_);
-    plan->heads = std::make_unique<kernels::HeadLayout>(
-        &env_, batch, length, d, config_.heads, cdt_);
-    if (cdt_ == dt::bf16) {
-      plan->to_c_d = std::make_unique<kernels::Convert>(
-          &env_, int64_t{M} * d, dt::f32, cdt_);
-      plan->to_c_v = std::make_unique<kernels::Convert>(
-          &env_, int64_t{M} * kVocabSize, dt::f32, cdt_);
-    }
-    // Blocked weight copies: one allocation for all layers and the head.
-    size_t total = 0;
-    auto bytes = [](size_t b) { return (b + 63) / 64 * 64; };
-    const int blocks = end_block_ - first_block_;
-    for (int kind = kQkv; kind <= kFc2; ++kind) {
-      total += blocks * (bytes(plan->linear(kind)->fwd_weights_bytes()) +
-                         bytes(plan->linear(kind)->bwd_weights_bytes()));
-    }
-    total += bytes(plan->head->fwd_weights_bytes()) +
-             bytes(plan->head->bwd_weights_bytes());
-    plan->wbuf.reset(static_cast<char*>(std::aligned_alloc(64, total)));
-    if (plan->wbuf == nullptr) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("blocked weights of ", total, " bytes"));
-    }
-    char* next = plan->wbuf.get();
-    auto take = [&](size_t b) {
-      char* p = next;
-      next += bytes(b);
-      return p;
-    };
-    plan->wbuf_bytes = total;
-    plan->layer_w.resize(config_.layers);
-    for (int l = first_block_; l < end_block_; ++l) {
-      for (int kind = kQkv; kind <= kFc2; ++kind) {
-        plan->layer_w[l][kind].fwd = take(plan->linear(kind)->fwd_weights_bytes());
-        plan->layer_w[l][kind].bwd = take(plan->linear(kind)->bwd_weights_bytes());
-      }
-    }
-    plan->head_w.fwd = take(plan->head->fwd_weights_bytes());
-    plan->head_w.bwd = take(plan->head->bwd_weights_bytes());
-  } catch (const dnnl::error& e) {
-    return absl::InternalError(
-        absl::StrCat("oneDNN could not build the primitives for batch ", batch,
-                     ", length ", length, ": ", e.what()));
-  }
-  Plan* raw = plan.get();
-  plans_[{batch, length}] = std::move(plan);
-  return raw;
 }
 
 absl::Status TransformerModel::CheckArena(const FloatArena& arena,
@@ -319,13 +125,15 @@ absl::Status TransformerModel::CheckWholeModel(const char* call) const {
 }
 
 size_t TransformerModel::plan_weight_bytes() const {
-  return plan_ == nullptr ? 0 : plan_->wbuf_bytes;
+  return plan_ == nullptr ? 0 : plan_->weight_bytes;
 }
 
 void TransformerModel::SetThreads() const {
   omp_set_num_threads(options_.threads > 0 ? options_.threads
                                            : omp_get_num_procs());
 }
+
+// ---------------------------------------------------------------- set-up
 
 absl::Status TransformerModel::Prepare(const FloatArena& params, int batch,
                                        int length) {
@@ -341,229 +149,46 @@ absl::Status TransformerModel::Prepare(const FloatArena& params, int batch,
   SetThreads();
   ASSIGN_OR_RETURN(plan_, GetPlan(batch, length));
   params_ = &params;
-  // All matrices in one parallel loop (each reorder single-threaded on its
-  // thread's stream): one fork/join per step instead of two per matrix.
-  const int jobs = 4 * (end_block_ - first_block_) + 1;
-  const int nthreads = std::min(jobs, omp_get_max_threads());
-  while (static_cast<int>(thread_streams_.size()) < nthreads) {
-    thread_streams_.emplace_back(env_.engine);
-  }
-  std::string error;
-  {
-    OpTimer timer(this, kOpConvert);
-#pragma omp parallel for num_threads(nthreads) schedule(dynamic, 1)
-    for (int job = 0; job < jobs; ++job) {
-      try {
-        dnnl::stream* stream = &thread_streams_[omp_get_thread_num()];
-        if (job == jobs - 1) {
-          plan_->head->PrepareWeights(P(index_.head_w), plan_->head_w.fwd,
-                                      plan_->head_w.bwd, stream);
-          continue;
-        }
-        const int l = first_block_ + job / 4, kind = job % 4;
-        const BlockTensorIndex& w = index_.blocks[l];
-        const int entries[4] = {w.qkv_w, w.proj_w, w.fc_w, w.fc2_w};
-        plan_->linear(kind)->PrepareWeights(P(entries[kind]),
-                                            plan_->layer_w[l][kind].fwd,
-                                            plan_->layer_w[l][kind].bwd,
-                                            stream);
-      } catch (const dnnl::error& e) {
-#pragma omp critical(gasloc_prepare_error)
-        error = e.what();
-      }
-    }
-  }
-  if (!error.empty()) {
-    return absl::InternalError(absl::StrCat("oneDNN weight reorder: ", error));
-  }
-  return absl::OkStatus();
+  OpTimer timer(this, kOpConvert);
+  return plan_->WriteWeights(params, index_, &env_, &thread_streams_);
 }
 
-const float* TransformerModel::P(int entry) const {
+absl::StatusOr<TransformerPlan*> TransformerModel::GetPlan(int batch,
+                                                           int length) {
+  auto it = plans_.find({batch, length});
+  if (it != plans_.end()) return it->second.get();
+  if (plans_.size() >= kMaxPlans) plans_.clear();
+  absl::StatusOr<std::unique_ptr<TransformerPlan>> plan =
+      TransformerPlan::Build(&env_, config_, cdt_, first_block_, end_block_,
+                             batch, length);
+  if (!plan.ok()) return plan.status();
+  TransformerPlan* raw = plan->get();
+  plans_[{batch, length}] = *std::move(plan);
+  return raw;
+}
+
+const float* TransformerModel::Param(int entry) const {
   return params_->data() + layout_->entries()[entry].offset;
 }
 
-float* TransformerModel::G(float* grads, int entry) const {
+float* TransformerModel::Grad(float* grads, int entry) const {
   return grads + layout_->entries()[entry].offset;
 }
 
-float* TransformerModel::x(int l) { return x_[l]; }
-float* TransformerModel::dx(int i) { return dres_[i]; }
-
-void TransformerModel::LayerNormToCompute(const float* x, int w, int b,
-                                          float* mean, float* var, void* out) {
+void TransformerModel::LayerNormForward(const float* x, int w, int b,
+                                        float* mean, float* var, void* out) {
   OpTimer timer(this, kOpLayerNorm);
-  plan_->ln->Forward(x, P(w), P(b), out, mean, var);
+  plan_->ln->Forward(x, Param(w), Param(b), out, mean, var);
 }
 
-// ---------------------------------------------------------------- forward
+// ---------------------------------------------------------------- embedding
 
 void TransformerModel::EmbedForward(const uint8_t* tokens, int token_stride,
                                     float* x_out) {
   OpTimer timer(this, kOpEmbed);
-  kernels::EmbeddingForward(tokens, token_stride, P(index_.tok_emb),
-                            P(index_.pos_emb), plan_->B, plan_->T,
+  kernels::EmbeddingForward(tokens, token_stride, Param(index_.tok_emb),
+                            Param(index_.pos_emb), plan_->B, plan_->T,
                             config_.d_model, x_out);
-}
-
-void TransformerModel::BlockForward(int layer, const float* x_in,
-                                    float* x_out) {
-  const BlockTensorIndex& w = index_.blocks[layer];
-  LayerActs& a = acts_[layer];
-  Plan& p = *plan_;
-  // (B, T, d) -> LN1 -> (B, T, d)
-  LayerNormToCompute(x_in, w.ln1_w, w.ln1_b, a.mean1, a.var1, a.ln1);
-  // (B, T, d) -> (B, T, 3d)
-  {
-    OpTimer timer(this, kOpQkv);
-    p.qkv->Forward(a.ln1, p.layer_w[layer][kQkv].fwd, P(w.qkv_b), nullptr, qkv_tmp_);
-  }
-  // (B, T, 3d) -> head-major (B, 3, H, T, hd) -> (B, H, T, hd) -> (B, T, d)
-  {
-    OpTimer timer(this, kOpAttention);
-    p.heads->qkv_to_heads.Run(qkv_tmp_, a.qkvh);
-    p.attn->Forward(a.qkvh, p.B, oh_, a.lse);
-    p.heads->out_from_heads.Run(oh_, a.att);
-  }
-  // x_mid = x_in + att W_proj^T + b
-  {
-    OpTimer timer(this, kOpProj);
-    p.proj->Forward(a.att, p.layer_w[layer][kProj].fwd, P(w.proj_b), x_in, a.x_mid);
-  }
-  LayerNormToCompute(a.x_mid, w.ln2_w, w.ln2_b, a.mean2, a.var2, a.ln2);
-  // (B, T, d) -> (B, T, 4d) -> GELU. Fused (bf16): h goes to scratch and
-  // a.h keeps GELU'(h) for the backward; otherwise a.h keeps h.
-  void* const h = fused_gelu() ? d4a_ : a.h;
-  {
-    OpTimer timer(this, kOpFc);
-    p.fc->Forward(a.ln2, p.layer_w[layer][kFc].fwd, P(w.fc_b), nullptr, h);
-  }
-  {
-    OpTimer timer(this, kOpGelu);
-    if (fused_gelu()) {
-      kernels::GeluWithDerivative(h, cdt_, int64_t{p.B} * p.T * 4 *
-                                  config_.d_model, a.g, a.h);
-    } else {
-      p.gelu->Forward(a.h, a.g);
-    }
-  }
-  // x_out = x_mid + g W_fc2^T + b
-  OpTimer timer(this, kOpFc2);
-  p.fc2->Forward(a.g, p.layer_w[layer][kFc2].fwd, P(w.fc2_b), a.x_mid, x_out);
-}
-
-double TransformerModel::DecoderForward(const float* x,
-                                        const uint8_t* targets,
-                                        int target_stride, bool want_grad) {
-  LayerNormToCompute(x, index_.lnf_w, index_.lnf_b, meanf_, varf_, lnf_);
-  // (B, T, d) -> (B, T, 256) f32
-  {
-    OpTimer timer(this, kOpHead);
-    plan_->head->Forward(lnf_, plan_->head_w.fwd, nullptr, nullptr, logits_);
-  }
-  OpTimer timer(this, kOpCrossEntropy);
-  return kernels::FusedCrossEntropy(logits_, targets, target_stride, plan_->B,
-                                    plan_->T, kVocabSize, want_grad);
-}
-
-// ---------------------------------------------------------------- backward
-
-void TransformerModel::DecoderBackward(const float* x, float* dx,
-                                       float* grads) {
-  DecoderBackward(x, dx,
-                  DecoderGrads{G(grads, index_.lnf_w), G(grads, index_.lnf_b),
-                               G(grads, index_.head_w)});
-}
-
-void TransformerModel::DecoderBackward(const float* x, float* dx,
-                                       const DecoderGrads& out) {
-  Plan& p = *plan_;
-  const void* dlogits = logits_;
-  if (cdt_ == dt::bf16) {
-    OpTimer timer(this, kOpConvert);
-    p.to_c_v->Run(logits_, dlogits_c_);
-    dlogits = dlogits_c_;
-  }
-  {
-    OpTimer timer(this, kOpHead);
-    p.head->BackwardWeights(lnf_, dlogits, out.head_w, nullptr);
-    p.head->BackwardData(dlogits, p.head_w.bwd, dln_);
-  }
-  // In bf16 also leaves dx in the compute type in dres_c_ for the last
-  // block's first matmuls (ForwardBackward passes that on).
-  OpTimer timer(this, kOpLayerNorm);
-  p.ln->Backward(x, P(index_.lnf_w), meanf_, varf_, dln_, nullptr, dx,
-                 cdt_ == dt::bf16 ? dres_c_ : nullptr, out.lnf_w, out.lnf_b);
-}
-
-void TransformerModel::BlockBackward(int layer, const float* dx_out,
-                                     float* dx_in, float* grads) {
-  BlockBackwardImpl(layer, dx_out, /*dx_out_in_dres_c=*/false, dx_in, grads);
-}
-
-void TransformerModel::BlockBackwardImpl(int layer, const float* dx_out,
-                                         bool dx_out_in_dres_c, float* dx_in,
-                                         float* grads) {
-  const BlockTensorIndex& w = index_.blocks[layer];
-  LayerActs& a = acts_[layer];
-  Plan& p = *plan_;
-  const float* x_in = x_[layer];
-  void* const dx_copy = cdt_ == dt::bf16 ? dres_c_ : nullptr;
-  // MLP: dx_out -> d g -> d h -> d ln2 -> d x_mid (+ residual).
-  const void* dy = dx_out;
-  if (cdt_ == dt::bf16 && dx_out_in_dres_c) {
-    dy = dres_c_;
-  } else if (cdt_ == dt::bf16) {
-    OpTimer timer(this, kOpConvert);
-    p.to_c_d->Run(dx_out, dres_c_);
-    dy = dres_c_;
-  }
-  {
-    OpTimer timer(this, kOpFc2);
-    p.fc2->BackwardWeights(a.g, dy, G(grads, w.fc2_w), G(grads, w.fc2_b));
-    // Fused: d h = (dy W_fc2) * GELU'(h) straight from the matmul.
-    p.fc2->BackwardData(dy, p.layer_w[layer][kFc2].bwd,
-                        fused_gelu() ? d4b_ : d4a_,
-                        fused_gelu() ? a.h : nullptr);
-  }
-  if (!fused_gelu()) {
-    OpTimer timer(this, kOpGelu);
-    p.gelu->Backward(a.h, d4a_, d4b_);
-  }
-  {
-    OpTimer timer(this, kOpFc);
-    p.fc->BackwardWeights(a.ln2, d4b_, G(grads, w.fc_w), G(grads, w.fc_b));
-    p.fc->BackwardData(d4b_, p.layer_w[layer][kFc].bwd, dln_);
-  }
-  {
-    // d x_mid = LN2 backward + dx_out (residual), and its compute-type copy.
-    OpTimer timer(this, kOpLayerNorm);
-    p.ln->Backward(a.x_mid, P(w.ln2_w), a.mean2, a.var2, dln_, dx_out, dmid_,
-                   dx_copy, G(grads, w.ln2_w), G(grads, w.ln2_b));
-  }
-  // Attention: d x_mid -> d att -> d qkv -> d ln1 -> d x_in (+ residual).
-  dy = cdt_ == dt::bf16 ? dres_c_ : dmid_;
-  {
-    OpTimer timer(this, kOpProj);
-    p.proj->BackwardWeights(a.att, dy, G(grads, w.proj_w), G(grads, w.proj_b));
-    p.proj->BackwardData(dy, p.layer_w[layer][kProj].bwd, datt_);
-  }
-  {
-    OpTimer timer(this, kOpAttention);
-    p.heads->dout_to_heads.Run(datt_, doh_);
-    p.attn->Backward(a.qkvh, a.lse, doh_, p.B, dqkvh_);
-    p.heads->dqkv_from_heads.Run(dqkvh_, dqkv_);
-  }
-  {
-    OpTimer timer(this, kOpQkv);
-    p.qkv->BackwardWeights(a.ln1, dqkv_, G(grads, w.qkv_w), G(grads, w.qkv_b));
-    p.qkv->BackwardData(dqkv_, p.layer_w[layer][kQkv].bwd, dln_);
-  }
-  // d x_in = LN1 backward + d x_mid; in bf16 its copy stays in dres_c_ for
-  // the block below (ForwardBackward).
-  OpTimer timer(this, kOpLayerNorm);
-  p.ln->Backward(x_in, P(w.ln1_w), a.mean1, a.var1, dln_, dmid_, dx_in,
-                 dx_copy, G(grads, w.ln1_w), G(grads, w.ln1_b));
 }
 
 void TransformerModel::EmbedBackward(const uint8_t* tokens, int token_stride,
@@ -571,11 +196,236 @@ void TransformerModel::EmbedBackward(const uint8_t* tokens, int token_stride,
   OpTimer timer(this, kOpEmbed);
   kernels::EmbeddingBackward(tokens, token_stride, dx, plan_->B, plan_->T,
                              config_.d_model, kVocabSize, config_.context,
-                             G(grads, index_.tok_emb),
-                             G(grads, index_.pos_emb));
+                             Grad(grads, index_.tok_emb),
+                             Grad(grads, index_.pos_emb));
 }
 
-// ---------------------------------------------------------------- Model API
+// ---------------------------------------------------------------- attention
+
+void TransformerModel::AttentionForward(int layer, const float* x_in,
+                                        float* x_mid) {
+  const BlockTensorIndex& w = index_.blocks[layer];
+  TransformerWorkspace& ws = workspace_;
+  TransformerWorkspace::Block& a = ws.blocks[layer];
+  TransformerPlan& p = *plan_;
+  // x_in (B, T, C) -> ln1_out (B, T, C)
+  LayerNormForward(x_in, w.ln1_w, w.ln1_b, a.ln1_mean, a.ln1_var, a.ln1_out);
+  // -> qkv_out (B, T, 3C)
+  {
+    OpTimer timer(this, kOpQkv);
+    p.qkv->Forward(a.ln1_out, p.weights(layer, kQkv).fwd, Param(w.qkv_b),
+                   nullptr, ws.qkv_out);
+  }
+  // -> qkv_heads (B, 3, H, T, hd) -> attn_heads (B, H, T, hd)
+  // -> attn_out (B, T, C)
+  {
+    OpTimer timer(this, kOpAttention);
+    p.heads->qkv_to_heads.Run(ws.qkv_out, a.qkv_heads);
+    p.attn->Forward(a.qkv_heads, p.B, ws.attn_heads, a.attn_lse);
+    p.heads->out_from_heads.Run(ws.attn_heads, a.attn_out);
+  }
+  // x_mid = x_in + attn_out W_proj^T + b  (B, T, C)
+  OpTimer timer(this, kOpProj);
+  p.proj->Forward(a.attn_out, p.weights(layer, kProj).fwd, Param(w.proj_b),
+                  x_in, x_mid);
+}
+
+void TransformerModel::AttentionBackward(int layer, const float* dx_mid,
+                                         float* dx_in, float* grads) {
+  const BlockTensorIndex& w = index_.blocks[layer];
+  TransformerWorkspace& ws = workspace_;
+  TransformerWorkspace::Block& a = ws.blocks[layer];
+  TransformerPlan& p = *plan_;
+  // d x_mid (B, T, C) -> d attn_out (B, T, C)
+  const void* dy = bf16() ? ws.dx_bf16 : dx_mid;
+  {
+    OpTimer timer(this, kOpProj);
+    p.proj->BackwardWeights(a.attn_out, dy, Grad(grads, w.proj_w),
+                            Grad(grads, w.proj_b));
+    p.proj->BackwardData(dy, p.weights(layer, kProj).bwd, ws.dattn_out);
+  }
+  // -> d attn_heads (B, H, T, hd) -> d qkv_heads (B, 3, H, T, hd)
+  // -> d qkv (B, T, 3C)
+  {
+    OpTimer timer(this, kOpAttention);
+    p.heads->dout_to_heads.Run(ws.dattn_out, ws.dattn_heads);
+    p.attn->Backward(a.qkv_heads, a.attn_lse, ws.dattn_heads, p.B,
+                     ws.dqkv_heads);
+    p.heads->dqkv_from_heads.Run(ws.dqkv_heads, ws.dqkv);
+  }
+  // -> d ln1_out (B, T, C)
+  {
+    OpTimer timer(this, kOpQkv);
+    p.qkv->BackwardWeights(a.ln1_out, ws.dqkv, Grad(grads, w.qkv_w),
+                           Grad(grads, w.qkv_b));
+    p.qkv->BackwardData(ws.dqkv, p.weights(layer, kQkv).bwd, ws.dln_out);
+  }
+  // d x_in = LN1 backward + d x_mid (residual) (B, T, C); in bf16 its copy
+  // stays in dx_bf16 for the block below (ForwardBackward).
+  OpTimer timer(this, kOpLayerNorm);
+  p.ln->Backward(ws.x[layer], Param(w.ln1_w), a.ln1_mean, a.ln1_var,
+                 ws.dln_out, dx_mid, dx_in, bf16() ? ws.dx_bf16 : nullptr,
+                 Grad(grads, w.ln1_w), Grad(grads, w.ln1_b));
+}
+
+// ---------------------------------------------------------------- MLP
+
+void TransformerModel::MlpForward(int layer, const float* x_mid,
+                                  float* x_out) {
+  const BlockTensorIndex& w = index_.blocks[layer];
+  TransformerWorkspace::Block& a = workspace_.blocks[layer];
+  TransformerPlan& p = *plan_;
+  // x_mid (B, T, C) -> ln2_out (B, T, C)
+  LayerNormForward(x_mid, w.ln2_w, w.ln2_b, a.ln2_mean, a.ln2_var, a.ln2_out);
+  // -> h (B, T, 4C) -> gelu_out (B, T, 4C). Fused (bf16): h goes to scratch
+  // and gelu_saved keeps GELU'(h) for the backward; otherwise it keeps h.
+  void* const h = fused_gelu() ? workspace_.dgelu_out : a.gelu_saved;
+  {
+    OpTimer timer(this, kOpFc);
+    p.fc->Forward(a.ln2_out, p.weights(layer, kFc).fwd, Param(w.fc_b),
+                  nullptr, h);
+  }
+  {
+    OpTimer timer(this, kOpGelu);
+    if (fused_gelu()) {
+      kernels::GeluWithDerivative(h, cdt_,
+                                  int64_t{p.B} * p.T * 4 * config_.d_model,
+                                  a.gelu_out, a.gelu_saved);
+    } else {
+      p.gelu->Forward(a.gelu_saved, a.gelu_out);
+    }
+  }
+  // x_out = x_mid + gelu_out W_fc2^T + b  (B, T, C)
+  OpTimer timer(this, kOpFc2);
+  p.fc2->Forward(a.gelu_out, p.weights(layer, kFc2).fwd, Param(w.fc2_b),
+                 x_mid, x_out);
+}
+
+void TransformerModel::MlpBackward(int layer, const float* dx_out,
+                                   bool dx_out_in_bf16, float* dx_mid,
+                                   float* grads) {
+  const BlockTensorIndex& w = index_.blocks[layer];
+  TransformerWorkspace& ws = workspace_;
+  TransformerWorkspace::Block& a = ws.blocks[layer];
+  TransformerPlan& p = *plan_;
+  // d x_out (B, T, C), in the compute type
+  const void* dy = dx_out;
+  if (bf16() && dx_out_in_bf16) {
+    dy = ws.dx_bf16;
+  } else if (bf16()) {
+    OpTimer timer(this, kOpConvert);
+    p.dx_to_bf16->Run(dx_out, ws.dx_bf16);
+    dy = ws.dx_bf16;
+  }
+  // -> d gelu_out (B, T, 4C) -> d h (B, T, 4C). Fused: d h =
+  // (dy W_fc2) * GELU'(h) straight from the matmul.
+  {
+    OpTimer timer(this, kOpFc2);
+    p.fc2->BackwardWeights(a.gelu_out, dy, Grad(grads, w.fc2_w),
+                           Grad(grads, w.fc2_b));
+    p.fc2->BackwardData(dy, p.weights(layer, kFc2).bwd,
+                        fused_gelu() ? ws.dfc_out : ws.dgelu_out,
+                        fused_gelu() ? a.gelu_saved : nullptr);
+  }
+  if (!fused_gelu()) {
+    OpTimer timer(this, kOpGelu);
+    p.gelu->Backward(a.gelu_saved, ws.dgelu_out, ws.dfc_out);
+  }
+  // -> d ln2_out (B, T, C)
+  {
+    OpTimer timer(this, kOpFc);
+    p.fc->BackwardWeights(a.ln2_out, ws.dfc_out, Grad(grads, w.fc_w),
+                          Grad(grads, w.fc_b));
+    p.fc->BackwardData(ws.dfc_out, p.weights(layer, kFc).bwd, ws.dln_out);
+  }
+  // d x_mid = LN2 backward + d x_out (residual) (B, T, C), and its bf16 copy
+  // in dx_bf16.
+  OpTimer timer(this, kOpLayerNorm);
+  p.ln->Backward(a.x_mid, Param(w.ln2_w), a.ln2_mean, a.ln2_var, ws.dln_out,
+                 dx_out, dx_mid, bf16() ? ws.dx_bf16 : nullptr,
+                 Grad(grads, w.ln2_w), Grad(grads, w.ln2_b));
+}
+
+// ---------------------------------------------------------------- block
+
+void TransformerModel::BlockForward(int layer, const float* x_in,
+                                    float* x_out) {
+  float* const x_mid = workspace_.blocks[layer].x_mid;
+  AttentionForward(layer, x_in, x_mid);
+  MlpForward(layer, x_mid, x_out);
+}
+
+void TransformerModel::BlockBackward(int layer, const float* dx_out,
+                                     float* dx_in, float* grads) {
+  BlockBackwardImpl(layer, dx_out, /*dx_out_in_bf16=*/false, dx_in, grads);
+}
+
+void TransformerModel::BlockBackwardImpl(int layer, const float* dx_out,
+                                         bool dx_out_in_bf16, float* dx_in,
+                                         float* grads) {
+  float* const dx_mid = workspace_.dx_mid;
+  MlpBackward(layer, dx_out, dx_out_in_bf16, dx_mid, grads);
+  AttentionBackward(layer, dx_mid, dx_in, grads);
+}
+
+// ---------------------------------------------------------------- decoder
+
+double TransformerModel::DecoderForward(const float* x,
+                                        const uint8_t* targets,
+                                        int target_stride, bool want_grad) {
+  TransformerWorkspace& ws = workspace_;
+  // x (B, T, C) -> lnf_out (B, T, C)
+  LayerNormForward(x, index_.lnf_w, index_.lnf_b, ws.lnf_mean, ws.lnf_var,
+                   ws.lnf_out);
+  // -> logits (B, T, 256) f32
+  {
+    OpTimer timer(this, kOpHead);
+    plan_->head->Forward(ws.lnf_out, plan_->head_weights.fwd, nullptr,
+                         nullptr, ws.logits);
+  }
+  // -> loss; with want_grad, logits become d loss / d logits
+  OpTimer timer(this, kOpCrossEntropy);
+  return kernels::FusedCrossEntropy(ws.logits, targets, target_stride,
+                                    plan_->B, plan_->T, kVocabSize,
+                                    want_grad);
+}
+
+void TransformerModel::DecoderBackward(const float* x, float* dx,
+                                       float* grads) {
+  DecoderBackward(x, dx,
+                  DecoderGrads{.lnf_w = Grad(grads, index_.lnf_w),
+                               .lnf_b = Grad(grads, index_.lnf_b),
+                               .head_w = Grad(grads, index_.head_w)});
+}
+
+void TransformerModel::DecoderBackward(const float* x, float* dx,
+                                       const DecoderGrads& out) {
+  TransformerWorkspace& ws = workspace_;
+  TransformerPlan& p = *plan_;
+  // d logits (B, T, 256), in the compute type
+  const void* dlogits = ws.logits;
+  if (bf16()) {
+    OpTimer timer(this, kOpConvert);
+    p.dlogits_to_bf16->Run(ws.logits, ws.dlogits_bf16);
+    dlogits = ws.dlogits_bf16;
+  }
+  // -> d lnf_out (B, T, C)
+  {
+    OpTimer timer(this, kOpHead);
+    p.head->BackwardWeights(ws.lnf_out, dlogits, out.head_w, nullptr);
+    p.head->BackwardData(dlogits, p.head_weights.bwd, ws.dln_out);
+  }
+  // -> dx (B, T, C). In bf16 also leaves dx's bf16 copy in dx_bf16 for the
+  // last block's first matmuls (ForwardBackward passes that on).
+  OpTimer timer(this, kOpLayerNorm);
+  p.ln->Backward(x, Param(index_.lnf_w), ws.lnf_mean, ws.lnf_var, ws.dln_out,
+                 nullptr, dx, bf16() ? ws.dx_bf16 : nullptr, out.lnf_w,
+                 out.lnf_b);
+}
+
+// ---------------------------------------------------------------- Model API:
+// the pass by part chained into a training step, an evaluation, a
+// generation step.
 
 absl::StatusOr<float> TransformerModel::ForwardBackward(
     const FloatArena& params, const uint8_t* tokens, int batch, int length,
@@ -588,17 +438,20 @@ absl::StatusOr<float> TransformerModel::ForwardBackward(
   RETURN_IF_ERROR(Prepare(params, batch, length));
   const int stride = length + 1;
   const int L = config_.layers;
+  float* const g = grads->data();
+  std::vector<float*>& x = workspace_.x;
+  float* const dx = workspace_.dx[0];  // the residual gradient, in place
   try {
-    EmbedForward(tokens, stride, x_[0]);
-    for (int l = 0; l < L; ++l) BlockForward(l, x_[l], x_[l + 1]);
-    const double loss = DecoderForward(x_[L], tokens + 1, stride, true);
-    float* g = grads->data();
-    DecoderBackward(x_[L], dres_[0], g);
-    // Each backward leaves the compute-type copy of its dx in dres_c_.
+    EmbedForward(tokens, stride, x[0]);
+    for (int l = 0; l < L; ++l) BlockForward(l, x[l], x[l + 1]);
+    const double loss = DecoderForward(x[L], tokens + 1, stride, true);
+    DecoderBackward(x[L], dx, g);
+    // Each LayerNorm backward leaves the bf16 copy of its dx in
+    // workspace_.dx_bf16, where the block below takes it.
     for (int l = L - 1; l >= 0; --l) {
-      BlockBackwardImpl(l, dres_[0], /*dx_out_in_dres_c=*/true, dres_[0], g);
+      BlockBackwardImpl(l, dx, /*dx_out_in_bf16=*/true, dx, g);
     }
-    EmbedBackward(tokens, stride, dres_[0], g);
+    EmbedBackward(tokens, stride, dx, g);
     return static_cast<float>(loss);
   } catch (const dnnl::error& e) {
     return absl::InternalError(absl::StrCat("oneDNN: ", e.what()));
@@ -608,17 +461,19 @@ absl::StatusOr<float> TransformerModel::ForwardBackward(
 absl::StatusOr<float> TransformerModel::Forward(const FloatArena& params,
                                                 const uint8_t* tokens,
                                                 int batch, int length) {
-  if (tokens == nullptr) return absl::InvalidArgumentError("Forward: null tokens");
+  if (tokens == nullptr) {
+    return absl::InvalidArgumentError("Forward: null tokens");
+  }
   RETURN_IF_ERROR(CheckWholeModel("Forward"));
   RETURN_IF_ERROR(Prepare(params, batch, length));
   const int stride = length + 1;
+  const int L = config_.layers;
+  std::vector<float*>& x = workspace_.x;
   try {
-    EmbedForward(tokens, stride, x_[0]);
-    for (int l = 0; l < config_.layers; ++l) {
-      BlockForward(l, x_[l], x_[l + 1]);
-    }
+    EmbedForward(tokens, stride, x[0]);
+    for (int l = 0; l < L; ++l) BlockForward(l, x[l], x[l + 1]);
     return static_cast<float>(
-        DecoderForward(x_[config_.layers], tokens + 1, stride, false));
+        DecoderForward(x[L], tokens + 1, stride, /*want_grad=*/false));
   } catch (const dnnl::error& e) {
     return absl::InternalError(absl::StrCat("oneDNN: ", e.what()));
   }
@@ -632,16 +487,18 @@ absl::Status TransformerModel::NextByteLogits(const FloatArena& params,
   }
   RETURN_IF_ERROR(CheckWholeModel("NextByteLogits"));
   RETURN_IF_ERROR(Prepare(params, 1, length));
+  const int L = config_.layers;
+  TransformerWorkspace& ws = workspace_;
   try {
-    EmbedForward(prefix, length, x_[0]);
-    for (int l = 0; l < config_.layers; ++l) {
-      BlockForward(l, x_[l], x_[l + 1]);
-    }
-    // Targets are irrelevant here: use the prefix itself (loss discarded).
-    LayerNormToCompute(x_[config_.layers], index_.lnf_w, index_.lnf_b, meanf_,
-                       varf_, lnf_);
-    plan_->head->Forward(lnf_, plan_->head_w.fwd, nullptr, nullptr, logits_);
-    std::memcpy(logits, logits_ + int64_t{length - 1} * kVocabSize,
+    EmbedForward(prefix, length, ws.x[0]);
+    for (int l = 0; l < L; ++l) BlockForward(l, ws.x[l], ws.x[l + 1]);
+    // The decoder without the loss: x(L) -> lnf_out -> logits (1, T, 256);
+    // the last position's row is the next byte's.
+    LayerNormForward(ws.x[L], index_.lnf_w, index_.lnf_b, ws.lnf_mean,
+                     ws.lnf_var, ws.lnf_out);
+    plan_->head->Forward(ws.lnf_out, plan_->head_weights.fwd, nullptr,
+                         nullptr, ws.logits);
+    std::memcpy(logits, ws.logits + int64_t{length - 1} * kVocabSize,
                 sizeof(float) * kVocabSize);
     return absl::OkStatus();
   } catch (const dnnl::error& e) {
