@@ -223,9 +223,14 @@ struct Node {
           return o;
         }()),
         service(&mailbox),
-        runner(ServerOptions{"127.0.0.1:0", {}, 8 << 20, bulk_tuning}),
-        transport(
-            GrpcPeerTransportOptions{&mailbox, {}, 8 << 20, bulk_tuning}) {
+        runner(ServerOptions{.listen_address = "127.0.0.1:0",
+                             .credentials = {},
+                             .max_receive_message_bytes = 8 << 20,
+                             .http2_bulk_tuning = bulk_tuning}),
+        transport(GrpcPeerTransportOptions{.mailbox = &mailbox,
+                                           .credentials = {},
+                                           .max_message_bytes = 8 << 20,
+                                           .http2_bulk_tuning = bulk_tuning}) {
     runner.AddService(&service);
     auto port = runner.Start();
     address = absl::StrCat("127.0.0.1:", port.ok() ? *port : 0);
@@ -249,15 +254,19 @@ double ExchangeSeconds(Node& a, Node& b, const TransferKey& key,
   std::vector<TransferOutcome> out_a, out_b;
   const absl::Time start = absl::Now();
   std::thread other([&] {
-    OutgoingTransfer send{1, a.address, model_b, 0, n};
-    IncomingTransfer recv{1, scratch_b, 0, n};
+    OutgoingTransfer send{.peer_id = 1, .address = a.address,
+                          .data = model_b, .range_begin = 0, .range_end = n};
+    IncomingTransfer recv{.peer_id = 1, .buffer = scratch_b,
+                          .range_begin = 0, .range_end = n};
     out_b = b.transport.Exchange(
         key, both_ways ? std::span<const OutgoingTransfer>(&send, 1)
                        : std::span<const OutgoingTransfer>(),
         {&recv, 1}, options);
   });
-  OutgoingTransfer send{2, b.address, model_a, 0, n};
-  IncomingTransfer recv{2, scratch_a, 0, n};
+  OutgoingTransfer send{.peer_id = 2, .address = b.address, .data = model_a,
+                        .range_begin = 0, .range_end = n};
+  IncomingTransfer recv{.peer_id = 2, .buffer = scratch_a, .range_begin = 0,
+                        .range_end = n};
   out_a = a.transport.Exchange(
       key, {&send, 1},
       both_ways ? std::span<const IncomingTransfer>(&recv, 1)
@@ -386,7 +395,10 @@ int RunExchangeBench(int argc, char** argv) {
         : bulk_tuning(bulk),
           a(1, bulk),
           b(2, bulk),
-          sink_runner(ServerOptions{"127.0.0.1:0", {}, 8 << 20, bulk}) {
+          sink_runner(ServerOptions{.listen_address = "127.0.0.1:0",
+                                    .credentials = {},
+                                    .max_receive_message_bytes = 8 << 20,
+                                    .http2_bulk_tuning = bulk}) {
       sink_runner.AddService(&sink);
       auto port = sink_runner.Start();
       sink_address = absl::StrCat("127.0.0.1:", port.ok() ? *port : 0);
@@ -464,7 +476,10 @@ int RunExchangeBench(int argc, char** argv) {
             for (size_t k = 0; k < n_setups; ++k) {
               Setup& setup = *setups[k];
               options.deadline = absl::Now() + absl::Seconds(300);
-              const TransferKey key{1, ++round, v1::EXCHANGE_PHASE_GOSSIP, 0};
+              const TransferKey key{.job_id = 1,
+                                    .round = ++round,
+                                    .phase = v1::EXCHANGE_PHASE_GOSSIP,
+                                    .step = 0};
               const double s =
                   ExchangeSeconds(setup.a, setup.b, key, model_a, model_b,
                                   scratch_a, scratch_b, both_ways, options);

@@ -132,7 +132,8 @@ absl::StatusOr<PlanResult> BenchOne(int n, int rounds, v1::Topology topology,
   // The pure functions alone.
   std::vector<coordinator::WorkerRates> rates(n);
   for (int i = 0; i < n; ++i)
-    rates[i] = {10.0 * (1 + (i % 4)) / 4, 25e6 * (1 + (i % 4))};
+    rates[i] = {.steps_per_second = 10.0 * (1 + (i % 4)) / 4,
+                .bytes_per_second = 25e6 * (1 + (i % 4))};
   coordinator::BudgetOptions bo;
   bo.nominal_steps = 100;
   bo.min_steps = 10;

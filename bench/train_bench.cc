@@ -302,10 +302,11 @@ int RunTrainBench(int argc, char** argv) {
 
   double floor_ms = 0;
   if (o.linear_floor) {
-    const ModelConfig c{static_cast<int>(spec.model().layers()),
-                        static_cast<int>(spec.model().d_model()),
-                        static_cast<int>(spec.model().heads()),
-                        static_cast<int>(spec.model().context())};
+    const ModelConfig c{
+        .layers = static_cast<int>(spec.model().layers()),
+        .d_model = static_cast<int>(spec.model().d_model()),
+        .heads = static_cast<int>(spec.model().heads()),
+        .context = static_cast<int>(spec.model().context())};
     const LinearFloor floor = MeasureLinearFloor(
         c, static_cast<int>(spec.training().batch()), o.dtype == "bf16",
         o.threads);
@@ -326,10 +327,11 @@ int RunTrainBench(int argc, char** argv) {
   }
   // Rounds alternate our run and PyTorch's, so a slow minute of this shared
   // machine hits both; the reported ratio is the median over rounds.
-  const ModelConfig config{static_cast<int>(spec.model().layers()),
-                           static_cast<int>(spec.model().d_model()),
-                           static_cast<int>(spec.model().heads()),
-                           static_cast<int>(spec.model().context())};
+  const ModelConfig config{
+      .layers = static_cast<int>(spec.model().layers()),
+      .d_model = static_cast<int>(spec.model().d_model()),
+      .heads = static_cast<int>(spec.model().heads()),
+      .context = static_cast<int>(spec.model().context())};
   OursResult ours;
   std::string torch;
   std::vector<double> ratios;

@@ -80,12 +80,13 @@ TransferOutcome GrpcPeerTransport::Impl::Send(
   grpc::ClientContext context;
   SetDeadline(&context, exchange_options.deadline);
   auto stream = stub->Exchange(&context);
-  const ChunkContext chunk_context{key,
-                                   options.mailbox->self_id(),
-                                   send.range_begin,
-                                   send.range_end,
-                                   exchange_options.encoding,
-                                   send.data.size()};
+  const ChunkContext chunk_context{
+      .key = key,
+      .sender_id = options.mailbox->self_id(),
+      .range_begin = send.range_begin,
+      .range_end = send.range_end,
+      .encoding = exchange_options.encoding,
+      .arena_elements = send.data.size()};
   v1::ExchangeChunk chunk;
   bool written = true;
   for (size_t i = 0; i < plan->size() && written; ++i) {

@@ -73,9 +73,10 @@ std::string AdvertisedAddress(const std::string& listen, int port) {
 }
 
 int RunWorker() {
-  CredentialsOptions credentials{absl::GetFlag(FLAGS_tls_cert),
-                                 absl::GetFlag(FLAGS_tls_key),
-                                 absl::GetFlag(FLAGS_tls_ca)};
+  CredentialsOptions credentials{
+      .tls_cert_file = absl::GetFlag(FLAGS_tls_cert),
+      .tls_key_file = absl::GetFlag(FLAGS_tls_key),
+      .tls_ca_file = absl::GetFlag(FLAGS_tls_ca)};
   // The Peer service first: its port goes into the registration. The
   // mailbox learns this worker's id once the coordinator assigned it.
   Mailbox mailbox(MailboxOptions{});

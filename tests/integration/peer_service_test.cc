@@ -35,8 +35,12 @@ struct Node {
   explicit Node(uint64_t id)
       : mailbox(Options(id)),
         service(&mailbox),
-        runner(ServerOptions{"127.0.0.1:0", {}, 8 << 20}),
-        transport(GrpcPeerTransportOptions{&mailbox, {}, 8 << 20}) {
+        runner(ServerOptions{.listen_address = "127.0.0.1:0",
+                             .credentials = {},
+                             .max_receive_message_bytes = 8 << 20}),
+        transport(GrpcPeerTransportOptions{.mailbox = &mailbox,
+                                           .credentials = {},
+                                           .max_message_bytes = 8 << 20}) {
     runner.AddService(&service);
     auto port = runner.Start();
     EXPECT_TRUE(port.ok()) << port.status();
@@ -73,8 +77,12 @@ class PeerServiceTest : public ::testing::Test {
                                         uint64_t end = kArena) {
     auto plan = PlanChunks(begin, end, v1::WIRE_ENCODING_FP32, 64 << 10);
     EXPECT_TRUE(plan.ok());
-    ChunkContext context{key_, 1, begin, end, v1::WIRE_ENCODING_FP32,
-                         kArena};
+    ChunkContext context{.key = key_,
+                         .sender_id = 1,
+                         .range_begin = begin,
+                         .range_end = end,
+                         .encoding = v1::WIRE_ENCODING_FP32,
+                         .arena_elements = kArena};
     std::vector<v1::ExchangeChunk> chunks(plan->size());
     for (size_t i = 0; i < plan->size(); ++i)
       EXPECT_TRUE(EncodeChunk(context, model_a_, (*plan)[i],
@@ -115,7 +123,8 @@ class PeerServiceTest : public ::testing::Test {
   }
 
   void Register(absl::Duration timeout = absl::Seconds(5)) {
-    IncomingTransfer in{1, scratch_, 0, kArena};
+    IncomingTransfer in{.peer_id = 1, .buffer = scratch_,
+                        .range_begin = 0, .range_end = kArena};
     ASSERT_TRUE(b_.mailbox.Expect(key_, {&in, 1}, absl::Now() + timeout).ok());
   }
   TransferOutcome Await() { return b_.mailbox.Await(key_, 1); }
@@ -152,7 +161,10 @@ class PeerServiceTest : public ::testing::Test {
     EXPECT_EQ(scratch_, model_a_);
   }
 
-  TransferKey key_{4, 12, v1::EXCHANGE_PHASE_GOSSIP, 0};
+  TransferKey key_{.job_id = 4,
+                   .round = 12,
+                   .phase = v1::EXCHANGE_PHASE_GOSSIP,
+                   .step = 0};
   Node a_, b_;
   std::vector<float> model_a_, model_b_, scratch_;
 };
@@ -167,12 +179,17 @@ TEST_F(PeerServiceTest, GossipPairStreamsBothDirectionsAtOnce) {
     options.deadline = absl::Now() + absl::Seconds(10);
     std::vector<TransferOutcome> out_a, out_b;
     std::thread other([&] {
-      OutgoingTransfer send{1, a_.address, model_b_, 0, kArena};
-      IncomingTransfer recv{1, scratch_b, 0, kArena};
+      OutgoingTransfer send{.peer_id = 1, .address = a_.address,
+                            .data = model_b_, .range_begin = 0,
+                            .range_end = kArena};
+      IncomingTransfer recv{.peer_id = 1, .buffer = scratch_b,
+                            .range_begin = 0, .range_end = kArena};
       out_b = b_.transport.Exchange(key_, {&send, 1}, {&recv, 1}, options);
     });
-    OutgoingTransfer send{2, b_.address, model_a_, 0, kArena};
-    IncomingTransfer recv{2, scratch_a, 0, kArena};
+    OutgoingTransfer send{.peer_id = 2, .address = b_.address, .data = model_a_,
+                          .range_begin = 0, .range_end = kArena};
+    IncomingTransfer recv{.peer_id = 2, .buffer = scratch_a,
+                          .range_begin = 0, .range_end = kArena};
     out_a = a_.transport.Exchange(key_, {&send, 1}, {&recv, 1}, options);
     other.join();
     const size_t bytes = kArena * (encoding == v1::WIRE_ENCODING_BF16 ? 2 : 4);
@@ -296,8 +313,10 @@ TEST_F(PeerServiceTest, AbsentPeerTimesOutWithinTwiceTheDeadline) {
   const absl::Duration deadline = absl::Seconds(1);
   const absl::Time start = absl::Now();
   options.deadline = start + deadline;
-  OutgoingTransfer send{3, nowhere, model_a_, 0, kArena};
-  IncomingTransfer recv{3, scratch_, 0, kArena};
+  OutgoingTransfer send{.peer_id = 3, .address = nowhere, .data = model_a_,
+                        .range_begin = 0, .range_end = kArena};
+  IncomingTransfer recv{.peer_id = 3, .buffer = scratch_,
+                        .range_begin = 0, .range_end = kArena};
   auto out = a_.transport.Exchange(key_, {&send, 1}, {&recv, 1}, options);
   const absl::Duration took = absl::Now() - start;
   ASSERT_EQ(out.size(), 2u);

@@ -63,9 +63,15 @@ RingAllReduceResult RingAllReduceMean(PeerTransport& transport,
     key.step = static_cast<uint32_t>(step);
     const auto [send_begin, send_end] = RingSegment(size, n, send_segment);
     const auto [recv_begin, recv_end] = RingSegment(size, n, receive_segment);
-    OutgoingTransfer send{next.worker_id, next.address, data, send_begin,
-                          send_end};
-    IncomingTransfer receive{prev.worker_id, scratch, recv_begin, recv_end};
+    OutgoingTransfer send{.peer_id = next.worker_id,
+                          .address = next.address,
+                          .data = data,
+                          .range_begin = send_begin,
+                          .range_end = send_end};
+    IncomingTransfer receive{.peer_id = prev.worker_id,
+                             .buffer = scratch,
+                             .range_begin = recv_begin,
+                             .range_end = recv_end};
     const absl::Time step_start = clock.Now();
     std::vector<TransferOutcome> outcomes =
         transport.Exchange(key, {&send, 1}, {&receive, 1}, options);

@@ -29,13 +29,15 @@ absl::StatusOr<std::unique_ptr<InnerTrainer>> TrainerAdapter::Create(
 
 absl::StatusOr<InnerStepResult> TrainerAdapter::Step() {
   ASSIGN_OR_RETURN(StepStats stats, trainer_->Step());
-  return InnerStepResult{static_cast<float>(stats.loss),
-                         static_cast<uint64_t>(stats.tokens)};
+  return InnerStepResult{.loss = static_cast<float>(stats.loss),
+                         .tokens = static_cast<uint64_t>(stats.tokens)};
 }
 
 absl::StatusOr<InnerStepResult> TrainerAdapter::ComputeGradients() {
   ASSIGN_OR_RETURN(float loss, trainer_->ComputeGradients());
-  return InnerStepResult{loss, static_cast<uint64_t>(trainer_->tokens_per_step())};
+  return InnerStepResult{
+      .loss = loss,
+      .tokens = static_cast<uint64_t>(trainer_->tokens_per_step())};
 }
 
 absl::Status TrainerAdapter::ApplyGradients() {

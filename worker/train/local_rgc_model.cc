@@ -114,9 +114,10 @@ void LocalRgcModel::StageLocalPass(int k, const uint8_t* tokens, int stride,
                               : target_override_[k].data() + 1;
   stage_losses_[k] = m.DecoderForward(h, targets, stride, true);
   m.DecoderBackward(h, m.dx(0),
-                    TransformerModel::DecoderGrads{s.readout.data(),
-                                                   s.readout.data() + d,
-                                                   s.readout.data() + 2 * d});
+                    TransformerModel::DecoderGrads{
+                        .lnf_w = s.readout.data(),
+                        .lnf_b = s.readout.data() + d,
+                        .head_w = s.readout.data() + 2 * d});
   for (int l = r.end_block() - 1; l >= r.first_block; --l) {
     m.BlockBackward(l, m.dx(0), m.dx(0), grads);
   }

@@ -17,7 +17,9 @@ absl::StatusOr<std::vector<StageRange>> PartitionStages(
   }
   std::vector<StageRange> out(stages);
   if (L % stages == 0) {
-    for (int k = 0; k < stages; ++k) out[k] = {k * (L / stages), L / stages};
+    for (int k = 0; k < stages; ++k) {
+      out[k] = {.first_block = k * (L / stages), .num_blocks = L / stages};
+    }
     return out;
   }
   const int64_t d = config.d_model;
@@ -46,7 +48,7 @@ absl::StatusOr<std::vector<StageRange>> PartitionStages(
   int end = L;
   for (int k = stages; k >= 1; --k) {
     const int first = cut[k][end];
-    out[k - 1] = {first, end - first};
+    out[k - 1] = {.first_block = first, .num_blocks = end - first};
     end = first;
   }
   return out;

@@ -83,7 +83,8 @@ TEST(ModelLayoutTest, ParameterCountMatchesJobSpecFormula) {
 }
 
 TEST(ModelLayoutTest, WeightDecayExactlyOnMatrices) {
-  const ModelConfig config{2, 16, 2, 8};
+  const ModelConfig config{
+      .layers = 2, .d_model = 16, .heads = 2, .context = 8};
   const auto layout = MakeModelLayout(config);
   int decayed = 0;
   for (const auto& e : layout->entries()) {
@@ -99,7 +100,8 @@ TEST(ModelLayoutTest, WeightDecayExactlyOnMatrices) {
 }
 
 TEST(ModelLayoutTest, InitFollowsTheSpecAndIsDeterministic) {
-  const ModelConfig config{3, 64, 4, 32};
+  const ModelConfig config{
+      .layers = 3, .d_model = 64, .heads = 4, .context = 32};
   const auto layout = MakeModelLayout(config);
   FloatArena a(layout), b(layout), c(layout);
   InitParameters(config, 7, &a);
@@ -127,7 +129,8 @@ TEST(ModelLayoutTest, InitFollowsTheSpecAndIsDeterministic) {
 // double: truncation error O(h^2) ~ 1e-10 and rounding ~1e-16/h ~ 1e-11, so
 // a 1e-6 relative bound has a wide margin and still catches any real bug.
 TEST(ReferenceModelTest, GradientsMatchCentralFiniteDifferences) {
-  const ModelConfig config{2, 8, 2, 6};
+  const ModelConfig config{
+      .layers = 2, .d_model = 8, .heads = 2, .context = 6};
   const int B = 2, T = 5;
   const FloatArena params = RandomParams(config, 1);
   const std::vector<uint8_t> tokens = RandomTokens(B, T, 2);
@@ -171,7 +174,8 @@ class ModelVsReferenceTest : public ::testing::TestWithParam<PrecisionCase> {};
 // 1% on the loss.
 TEST_P(ModelVsReferenceTest, LossAndGradientsMatchReferenceModel) {
   const PrecisionCase pc = GetParam();
-  const ModelConfig config{2, 32, 4, 24};
+  const ModelConfig config{
+      .layers = 2, .d_model = 32, .heads = 4, .context = 24};
   const int B = 3, T = 19;  // T < context: a plan smaller than the table
   ModelOptions options;
   options.precision = pc.precision;
@@ -210,14 +214,17 @@ TEST_P(ModelVsReferenceTest, LossAndGradientsMatchReferenceModel) {
 
 INSTANTIATE_TEST_SUITE_P(
     Precisions, ModelVsReferenceTest,
-    ::testing::Values(PrecisionCase{v1::PRECISION_FP32, 1e-5, 1e-4},
-                      PrecisionCase{v1::PRECISION_BF16, 1e-2, 5e-2}),
+    ::testing::Values(PrecisionCase{.precision = v1::PRECISION_FP32,
+                                    .loss_tol = 1e-5, .grad_tol = 1e-4},
+                      PrecisionCase{.precision = v1::PRECISION_BF16,
+                                    .loss_tol = 1e-2, .grad_tol = 5e-2}),
     [](const auto& info) {
       return info.param.precision == v1::PRECISION_BF16 ? "bf16" : "fp32";
     });
 
 TEST(ModelTest, NextByteLogitsAgreeWithTheLoss) {
-  const ModelConfig config{2, 16, 2, 8};
+  const ModelConfig config{
+      .layers = 2, .d_model = 16, .heads = 2, .context = 8};
   ModelOptions options;
   options.max_batch = 1;
   auto model = Model::Create(config, options);
@@ -240,7 +247,8 @@ TEST(ModelTest, NextByteLogitsAgreeWithTheLoss) {
 }
 
 TEST(ModelTest, ThreadsOptionIsAppliedInTheCallPath) {
-  const ModelConfig config{1, 16, 2, 8};
+  const ModelConfig config{
+      .layers = 1, .d_model = 16, .heads = 2, .context = 8};
   const FloatArena params = RandomParams(config, 8);
   const std::vector<uint8_t> tokens = RandomTokens(2, 8, 9);
   FloatArena grads(MakeModelLayout(config));
@@ -267,7 +275,8 @@ TEST(ModelTest, RejectsBadConfigsAndArguments) {
   EXPECT_EQ(Model::Create({1, 16, 2, 8}, options).status().code(),
             absl::StatusCode::kInvalidArgument);
   options.max_batch = 2;
-  const ModelConfig config{1, 16, 2, 8};
+  const ModelConfig config{
+      .layers = 1, .d_model = 16, .heads = 2, .context = 8};
   auto model = Model::Create(config, options);
   ASSERT_TRUE(model.ok());
   FloatArena params(MakeModelLayout(config)), grads(MakeModelLayout(config));
@@ -287,7 +296,8 @@ TEST(ModelTest, RejectsBadConfigsAndArguments) {
 // and tokens -> the same loss and gradients to 1e-4 relative (per tensor,
 // max error over max magnitude).
 TEST(TorchParityTest, LossAndGradientsMatchPyTorch) {
-  const ModelConfig config{2, 32, 4, 16};
+  const ModelConfig config{
+      .layers = 2, .d_model = 32, .heads = 4, .context = 16};
   const int B = 3, T = 12;
   const FloatArena params = RandomParams(config, 11);
   const std::vector<uint8_t> tokens = RandomTokens(B, T, 12);

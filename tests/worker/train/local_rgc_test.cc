@@ -208,9 +208,10 @@ TEST(LocalRgcTest, DecoderGradientIsTheMeanOfTheReadoutGradients) {
     m.DecoderForward(h, tokens.data() + 1, stride, true);
     readout[k].assign((2 + kVocabSize) * d, 0.0f);
     m.DecoderBackward(h, m.dx(0),
-                      TransformerModel::DecoderGrads{readout[k].data(),
-                                                     readout[k].data() + d,
-                                                     readout[k].data() + 2 * d});
+                      TransformerModel::DecoderGrads{
+                          .lnf_w = readout[k].data(),
+                          .lnf_b = readout[k].data() + d,
+                          .head_w = readout[k].data() + 2 * d});
     for (int l = cuts[k + 1] - 1; l >= cuts[k]; --l) {
       m.BlockBackward(l, m.dx(0), m.dx(0), ref.data());
     }
