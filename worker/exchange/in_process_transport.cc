@@ -176,12 +176,12 @@ TransferOutcome InProcessTransport::Send(const TransferKey& key,
   auto chunks = PlanChunks(send.range_begin, send.range_end,
                            options.encoding, options.chunk_bytes);
   if (!chunks.ok()) return finish(chunks.status());
-  const ChunkContext context{key,
-                             self,
-                             send.range_begin,
-                             send.range_end,
-                             options.encoding,
-                             send.data.size()};
+  const ChunkContext context{.key = key,
+                             .sender_id = self,
+                             .range_begin = send.range_begin,
+                             .range_end = send.range_end,
+                             .encoding = options.encoding,
+                             .arena_elements = send.data.size()};
   std::unique_ptr<Mailbox::InboundStream> stream = peer->OpenStream();
   v1::ExchangeChunk chunk;
   for (size_t i = 0; i < chunks->size(); ++i) {

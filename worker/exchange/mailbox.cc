@@ -178,7 +178,10 @@ void Mailbox::FailLocked(Transfer& transfer, absl::Status status) {
 // answer is never OK.
 absl::Status Mailbox::UnexpectedLocked(const v1::ChunkHeader& h,
                                        bool final_check) {
-  const TransferKey key{h.job_id(), h.round(), h.phase(), h.step()};
+  const TransferKey key{.job_id = h.job_id(),
+                        .round = h.round(),
+                        .phase = h.phase(),
+                        .step = h.step()};
   const std::string what =
       absl::StrCat(DescribeKey(key), " from sender ", h.sender_id());
   auto finished = finished_below_.find(h.job_id());
@@ -214,7 +217,10 @@ absl::Status Mailbox::UnexpectedLocked(const v1::ChunkHeader& h,
 
 absl::StatusOr<std::shared_ptr<Mailbox::Transfer>> Mailbox::Bind(
     const v1::ChunkHeader& h, absl::Time deadline) {
-  const TransferKey key{h.job_id(), h.round(), h.phase(), h.step()};
+  const TransferKey key{.job_id = h.job_id(),
+                        .round = h.round(),
+                        .phase = h.phase(),
+                        .step = h.step()};
   const Key k = MakeKey(key, h.sender_id());
   const absl::Time give_up =
       std::min(deadline, clock().Now() + options_.early_chunk_wait);

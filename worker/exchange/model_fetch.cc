@@ -53,12 +53,15 @@ absl::Status ModelChunks(
     const auto step = static_cast<uint32_t>(
         IsOptimizerPart(part) ? snapshot.optimizer_step : 0);
     const ChunkContext context{
-        TransferKey{snapshot.job_id, snapshot.round, kParts[part], step},
-        sender_id,
-        0,
-        data.size(),
-        encoding,
-        data.size()};
+        .key = TransferKey{.job_id = snapshot.job_id,
+                           .round = snapshot.round,
+                           .phase = kParts[part],
+                           .step = step},
+        .sender_id = sender_id,
+        .range_begin = 0,
+        .range_end = data.size(),
+        .encoding = encoding,
+        .arena_elements = data.size()};
     for (size_t i = 0; i < plan.size(); ++i) {
       RETURN_IF_ERROR(
           EncodeChunk(context, data, plan[i], i + 1 == plan.size(), &chunk));
@@ -126,12 +129,15 @@ absl::Status ModelAssembler::Add(const v1::ExchangeChunk& chunk) {
   if (part_ < 0 || part_complete_) RETURN_IF_ERROR(Start(h));
   std::vector<float>& target = Target();
   const ChunkExpectation expect{
-      TransferKey{model_.job_id, model_.round, kParts[part_], part_step_},
-      model_.sender_id,
-      requester_id_,
-      0,
-      target.size(),
-      target.size()};
+      .key = TransferKey{.job_id = model_.job_id,
+                         .round = model_.round,
+                         .phase = kParts[part_],
+                         .step = part_step_},
+      .sender_id = model_.sender_id,
+      .receiver_id = requester_id_,
+      .range_begin = 0,
+      .range_end = target.size(),
+      .arena_elements = target.size()};
   if (h.offset() != next_ && h.phase() == kParts[part_])
     return absl::InvalidArgumentError(absl::StrCat(
         "chunk starts at element ", h.offset(), ", expected ", next_,

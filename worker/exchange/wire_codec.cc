@@ -229,7 +229,7 @@ absl::StatusOr<std::vector<ChunkSpan>> PlanChunks(uint64_t range_begin,
   const uint64_t per_chunk = chunk_bytes / bytes_per_element;
   std::vector<ChunkSpan> chunks;
   if (range_begin == range_end) {
-    chunks.push_back({range_begin, 0});
+    chunks.push_back({.offset = range_begin, .length = 0});
     return chunks;
   }
   chunks.reserve((range_end - range_begin + per_chunk - 1) / per_chunk);

@@ -38,7 +38,8 @@ std::vector<RingMember> RingOf(const v1::Assignment& assignment,
   *rank = -1;
   for (const auto& member : assignment.ring_order()) {
     if (member.worker_id() == self_id) *rank = static_cast<int>(ring.size());
-    ring.push_back({member.worker_id(), member.address()});
+    ring.push_back(
+        {.worker_id = member.worker_id(), .address = member.address()});
   }
   return ring;
 }
@@ -332,12 +333,21 @@ void RoundRunner::GossipExchange(const v1::Assignment& assignment,
   std::vector<IncomingTransfer> receives;
   for (int k = 0; k < peer_count; ++k) {
     const auto& peer = assignment.peers(k);
-    sends.push_back({peer.worker_id(), peer.address(), gossiped, 0, size});
-    receives.push_back({peer.worker_id(), received_[k].flat(), 0, size});
+    sends.push_back({.peer_id = peer.worker_id(),
+                     .address = peer.address(),
+                     .data = gossiped,
+                     .range_begin = 0,
+                     .range_end = size});
+    receives.push_back({.peer_id = peer.worker_id(),
+                        .buffer = received_[k].flat(),
+                        .range_begin = 0,
+                        .range_end = size});
   }
   const absl::Time start = clock_->Now();
-  TransferKey key{options_.job_id, assignment.round(),
-                  v1::EXCHANGE_PHASE_GOSSIP, 0};
+  TransferKey key{.job_id = options_.job_id,
+                  .round = assignment.round(),
+                  .phase = v1::EXCHANGE_PHASE_GOSSIP,
+                  .step = 0};
   std::vector<TransferOutcome> outcomes;
   if (peer_count > 0)
     outcomes = transport_->Exchange(key, sends, receives, MakeExchangeOptions());
@@ -379,7 +389,8 @@ void RoundRunner::GossipExchange(const v1::Assignment& assignment,
   double squared_sum = 0;
   for (int k = 0; k < peer_count; ++k) {
     if (!edge_ok[k]) continue;
-    neighbors.push_back({received_[k].flat(), assignment.peers(k).weight()});
+    neighbors.push_back({.y = received_[k].flat(),
+                         .weight = assignment.peers(k).weight()});
     const double d = L2Distance(gossiped, received_[k].flat());
     squared_sum += d * d;
   }
@@ -427,16 +438,24 @@ std::vector<absl::Status> RoundRunner::ConfirmGossipEdges(
     }
     mine[k] = received[k].ok() ? 1.0f : 0.0f;
     const auto& peer = assignment.peers(k);
-    sends.push_back({peer.worker_id(), peer.address(),
-                     std::span<const float>(&mine[k], 1), 0, 1});
-    receives.push_back({peer.worker_id(), std::span<float>(&theirs[k], 1), 0, 1});
+    sends.push_back({.peer_id = peer.worker_id(),
+                     .address = peer.address(),
+                     .data = std::span<const float>(&mine[k], 1),
+                     .range_begin = 0,
+                     .range_end = 1});
+    receives.push_back({.peer_id = peer.worker_id(),
+                        .buffer = std::span<float>(&theirs[k], 1),
+                        .range_begin = 0,
+                        .range_end = 1});
     slots.push_back(k);
   }
   if (slots.empty()) return edge;
   ExchangeOptions options = MakeExchangeOptions();
   options.encoding = v1::WIRE_ENCODING_FP32;
-  const TransferKey key{options_.job_id, assignment.round(),
-                        v1::EXCHANGE_PHASE_GOSSIP, 1};
+  const TransferKey key{.job_id = options_.job_id,
+                        .round = assignment.round(),
+                        .phase = v1::EXCHANGE_PHASE_GOSSIP,
+                        .step = 1};
   const std::vector<TransferOutcome> outcomes =
       transport_->Exchange(key, sends, receives, options);
   for (const TransferOutcome& outcome : outcomes) {
@@ -477,11 +496,13 @@ void RoundRunner::AllReduceExchange(const v1::Assignment& assignment,
     // Not in the ring (a malformed assignment): average over nobody.
     report->set_failure_reason("this worker is not in the round's ring order");
     ring.clear();
-    ring.push_back({self, ""});
+    ring.push_back({.worker_id = self, .address = ""});
     rank = 0;
   }
-  TransferKey key{options_.job_id, assignment.round(),
-                  v1::EXCHANGE_PHASE_REDUCE_SCATTER, 0};
+  TransferKey key{.job_id = options_.job_id,
+                  .round = assignment.round(),
+                  .phase = v1::EXCHANGE_PHASE_REDUCE_SCATTER,
+                  .step = 0};
   RingAllReduceResult result = RingAllReduceMean(
       *transport_, *clock_, key, ring, rank, y_.flat(), scratch_.flat(),
       MakeExchangeOptions());
@@ -542,8 +563,10 @@ absl::Status RoundRunner::DataParallelStep(const v1::Assignment& assignment,
   std::vector<RingMember> ring =
       RingOf(assignment, transport_->self_id(), &rank);
   if (rank >= 0 && ring.size() > 1) {
-    TransferKey key{options_.job_id, assignment.round(),
-                    v1::EXCHANGE_PHASE_REDUCE_SCATTER, 0};
+    TransferKey key{.job_id = options_.job_id,
+                    .round = assignment.round(),
+                    .phase = v1::EXCHANGE_PHASE_REDUCE_SCATTER,
+                    .step = 0};
     FloatArena& grads = trainer_->grads();
     y_.CopyFrom(grads);  // keep the local gradient for a fallback
     RingAllReduceResult result = RingAllReduceMean(
