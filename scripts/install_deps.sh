@@ -32,6 +32,10 @@ PACKAGES=(
   # Python client (deploy/python): gRPC and protobuf runtimes for the stubs
   # protoc and grpc_python_plugin (protobuf-compiler-grpc) generate
   python3-grpcio python3-protobuf
+  # network-namespace harness (scripts/netns_cluster.py, docs/
+  # heterogeneity.md): ip and tc build and shape the links, iptables drops
+  # packets for a scenario's loss
+  iproute2 iptables
   # systemd-analyze verify of deploy/systemd (slim images lack systemd)
   systemd
 )
