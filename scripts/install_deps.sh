@@ -34,8 +34,9 @@ PACKAGES=(
   python3-grpcio python3-protobuf
   # network-namespace harness (scripts/netns_cluster.py, docs/
   # heterogeneity.md): ip and tc build and shape the links, iptables drops
-  # packets for a scenario's loss
-  iproute2 iptables
+  # packets for a scenario's loss; gnuplot draws scripts/netns_compare.py's
+  # bpb curves (PNG)
+  iproute2 iptables gnuplot-nox
   # systemd-analyze verify of deploy/systemd (slim images lack systemd)
   systemd
 )
