@@ -4,9 +4,9 @@
 Starts a coordinator and N workers on this machine, each worker in its own
 network namespace on a private bridge with its own link rate, delay and loss
 (tc) and CPU cap (cgroup), starts one job, applies the scenario's joins,
-leaves and kills, prints progress, and writes a results folder. Everything it
-creates is named "gl-<pid>-..." and removed on exit, on error and on
-SIGINT/SIGTERM; --cleanup removes what a killed run left. Needs root.
+leaves, kills and partitions, prints progress, and writes a results folder.
+Everything it creates is named "gl-<pid>-..." and removed on exit, on error
+and on SIGINT/SIGTERM; --cleanup removes what a killed run left. Needs root.
 docs/heterogeneity.md: scenario format, output, cleanup.
 
   scripts/netns_cluster.py SCENARIO.yaml [--algorithm A] [--seed N]
@@ -227,8 +227,12 @@ class Run:
     def apply_events(self, elapsed, done):
         for w in self.sc.workers:
             name = f"worker{w.index}"
+            heal_at = (w.partition_at_s + w.partition_for_s
+                       if w.partition_at_s > 0 else 0)
             for at, what in ((w.join_at_s, "join"), (w.leave_at_s, "leave"),
-                             (w.kill_at_s, "kill")):
+                             (w.kill_at_s, "kill"),
+                             (w.partition_at_s, "partition"),
+                             (heal_at, "heal")):
                 key = (w.index, what)
                 if at <= 0 or key in done or elapsed < at:
                     continue
@@ -236,11 +240,21 @@ class Run:
                 if what == "join":
                     self.start_worker(w)
                     log(f"t={elapsed:.0f}s: worker{w.index} joins")
+                elif what in ("partition", "heal"):
+                    # The host end of its veth: down cuts the worker off
+                    # the bridge both ways, its process and state untouched.
+                    state = "down" if what == "partition" else "up"
+                    net.run(["ip", "link", "set",
+                             f"{self.worker_ns[w.index]}h", state])
+                    what_now = ("partitioned (link down)" if state == "down"
+                                else "healed (link up)")
+                    log(f"t={elapsed:.0f}s: worker{w.index} {what_now}")
                 elif name in self.procs and self.procs[name].poll() is None:
                     sig = signal.SIGTERM if what == "leave" else signal.SIGKILL
                     self.procs[name].send_signal(sig)
-                    log(f"t={elapsed:.0f}s: worker{w.index} "
-                        f"{'leaves (SIGTERM)' if what == 'leave' else 'killed (SIGKILL)'}")
+                    what_now = ("leaves (SIGTERM)" if what == "leave"
+                                else "killed (SIGKILL)")
+                    log(f"t={elapsed:.0f}s: worker{w.index} {what_now}")
 
     def run(self):
         os.makedirs(os.path.join(self.out, "logs"), exist_ok=True)
@@ -293,8 +307,8 @@ class Run:
                "train_loss": job.get("train_loss", "")}
         self.progress.append(row)
         budgets = " ".join(
-            f"w{w.index}={int(self.metrics[w.index].get('gasloc_worker_local_steps', 0))}"
-            for w in self.sc.workers if w.index in self.metrics)
+            f"w{i}={int(m.get('gasloc_worker_local_steps', 0))}"
+            for i, m in sorted(self.metrics.items()))
         print(f"  t={elapsed:6.1f}s round {row['round']:4d} tokens "
               f"{row['tokens']:>9d} bpb {bpb if bpb > 0 else float('nan'):.4f}"
               f"  H: {budgets}", flush=True)

@@ -30,6 +30,8 @@ class Worker:
     join_at_s: float    # seconds after the job started; 0 = from the start
     leave_at_s: float   # SIGTERM (clean leave) at; 0 = never
     kill_at_s: float    # SIGKILL at; 0 = never
+    partition_at_s: float   # its link goes down at; 0 = never
+    partition_for_s: float  # ... and comes back after this many seconds
 
 
 @dataclasses.dataclass
@@ -61,7 +63,8 @@ _TRAINING_KEYS = {"threads", "local_steps", "min_local_steps", "lr", "warmup",
                   "eval_windows", "eval_every"}
 _STOP_KEYS = {"max_rounds", "max_tokens", "max_wall_seconds"}
 _WORKER_KEYS = {"rate_mbit", "delay_ms", "loss_pct", "cpu", "join_at_s",
-                "leave_at_s", "kill_at_s", "count"}
+                "leave_at_s", "kill_at_s", "partition_at_s",
+                "partition_for_s", "count"}
 
 
 def _check_keys(where, mapping, allowed, path):
@@ -134,7 +137,11 @@ def load(path):
                 leave_at_s=num(f"{where}.leave_at_s", merged, "leave_at_s",
                                0, 0, 86400),
                 kill_at_s=num(f"{where}.kill_at_s", merged, "kill_at_s", 0,
-                              0, 86400)))
+                              0, 86400),
+                partition_at_s=num(f"{where}.partition_at_s", merged,
+                                   "partition_at_s", 0, 0, 86400),
+                partition_for_s=num(f"{where}.partition_for_s", merged,
+                                    "partition_for_s", 10, 0.1, 86400)))
     if len(workers) > 99:
         raise ScenarioError(f"{path}: {len(workers)} workers; at most 99 "
                             "(interface names have 15 characters)")

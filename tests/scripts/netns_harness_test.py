@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""Unit tests of the namespace harness's pure parts (no root, no network).
+
+scripts/netns_harness/scenario.py: defaults, counts, clear errors;
+scripts/netns_harness/results.py: worker-log and metrics parsing.
+Run: python3 tests/scripts/netns_harness_test.py SOURCE_DIR
+"""
+import os
+import sys
+import tempfile
+import unittest
+
+SOURCE = sys.argv.pop(1) if len(sys.argv) > 1 else os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "..", "..")
+sys.path.insert(0, os.path.join(SOURCE, "scripts"))
+from netns_harness import results, scenario  # noqa: E402
+
+
+def write(text):
+    f = tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False)
+    f.write(text)
+    f.close()
+    return f.name
+
+
+class ScenarioTest(unittest.TestCase):
+    def test_defaults_and_count(self):
+        s = scenario.load(write(
+            "stop: {max_rounds: 3}\n"
+            "defaults: {rate_mbit: 24, cpu: 0.45}\n"
+            "workers:\n  - {count: 3}\n  - {rate_mbit: 2.4, kill_at_s: 9}\n"))
+        self.assertEqual([w.index for w in s.workers], [1, 2, 3, 4])
+        self.assertEqual([w.link.rate_mbit for w in s.workers],
+                         [24, 24, 24, 2.4])
+        self.assertEqual(s.workers[3].cpu, 0.45)
+        self.assertEqual(s.workers[3].kill_at_s, 9)
+        self.assertEqual(s.workers[0].partition_for_s, 10)
+        self.assertEqual(s.local_steps, 40)
+
+    def test_shipped_scenarios_load(self):
+        folder = os.path.join(SOURCE, "bench", "scenarios")
+        for name in sorted(os.listdir(folder)):
+            s = scenario.load(os.path.join(folder, name))
+            self.assertEqual(len(s.workers), 4, name)
+
+    def assert_error(self, text, *needles):
+        path = write(text)
+        with self.assertRaises(scenario.ScenarioError) as e:
+            scenario.load(path)
+        for needle in (path,) + needles:
+            self.assertIn(needle, str(e.exception))
+
+    def test_errors_name_the_field(self):
+        self.assert_error("stop: {max_rounds: 3}\nworkers: [{rate: 1}]\n",
+                          "unknown key(s) ['rate']", "workers[1]")
+        self.assert_error("stop: {max_rounds: 3}\nworkers: [{cpu: -1}]\n",
+                          "workers[1].cpu=-1")
+        self.assert_error("stop: {max_rounds: 3}\nworkers: []\n",
+                          "workers must be a non-empty list")
+        self.assert_error("workers: [{}]\n", "stop needs at least one")
+        self.assert_error("stop: {max_rounds: 3}\nworkers: [{join_at_s: 5}]\n",
+                          "no worker starts at time 0")
+        self.assert_error("stop: {max_rounds: x}\nworkers: [{}]\n",
+                          "stop.max_rounds must be an integer")
+        self.assert_error("workers: [\n", "not valid YAML")
+
+
+# Lines as worker/daemon/worker_daemon.cc writes them.
+LOG = "".join(f"I20261203 13:29:{t} worker/daemon/worker_daemon.cc:1] {m}\n"
+              for t, m in (
+    ("00.000000", "registered as worker 7 (name w)"),
+    ("01.000000", "job 1 round 0 (epoch 1): H=80 (no measurement yet), "
+                  "1 peer(s), 0 in ring"),
+    ("03.500000", "job 1 round 0: exchanging"),
+    ("04.000000", "job 1 round 0 done: loss 4.5, val bpb 0, exchange 0.5 s, "
+                  "peer distance 1.2, 0 failed peer(s)"),
+    ("04.100000", "job 1 round 1 (epoch 1): H=25 (s_i=25 steps/s (0.90x "
+                  "fastest), c_i=2.54 s, T=3.55 s: H_i=25), 1 peer(s), "
+                  "0 in ring")))
+
+METRICS = """\
+# HELP gasloc_worker_peer_wait_seconds_total x
+gasloc_worker_peer_wait_seconds_total{job_id="1",worker_id="7"} 2.5
+gasloc_worker_round_duration_seconds_sum{job_id="1",worker_id="7"} 10
+gasloc_worker_inner_phase_duration_seconds_sum{job_id="1",worker_id="7"} 6
+gasloc_worker_exchange_duration_seconds_sum{job_id="1",worker_id="7"} 4
+gasloc_worker_peer_sent_bytes_total{job_id="1",worker_id="7"} 1e+06
+"""
+
+
+class ResultsTest(unittest.TestCase):
+    def test_worker_log(self):
+        ids, rounds = results.parse_worker_log(LOG)
+        self.assertEqual(ids, [7])
+        self.assertEqual(len(rounds), 2)
+        first, second = rounds
+        self.assertEqual(first["H"], 80)
+        self.assertAlmostEqual(first["compute_s"], 2.5)
+        self.assertAlmostEqual(first["round_s"], 3.0)
+        self.assertEqual(first["exchange_s"], 0.5)
+        self.assertEqual(second["H"], 25)
+        self.assertIn("c_i=2.54 s", second["reason"])
+        self.assertNotIn("exchange_s", second)  # not done yet
+
+    def test_metrics(self):
+        totals = results.worker_totals(results.parse_metrics(METRICS))
+        self.assertEqual(totals["wait_fraction"], 0.25)
+        self.assertEqual(totals["sent_bytes"], 1000000)
+        self.assertEqual(totals["wire_to_compute"], 0.25)  # (4 - 2.5) / 6
+
+
+if __name__ == "__main__":
+    unittest.main()
