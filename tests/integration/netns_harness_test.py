@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """ctest netns_harness_test: the namespace harness on a 3-worker cluster.
 
-1. One link 10x slower, 8 GASLoC rounds: the slow-link worker gets a
+1. One link 10x slower, 12 GASLoC rounds: the slow-link worker gets a
    smaller H than the others (mean over the rounds after the first two),
    no worker is at H_min in any of those rounds, and nothing named
    gl-<harness pid>- is left (namespace, link, cgroup, process).
@@ -111,6 +111,11 @@ def test_slow_link(build, source, tmp, failures):
         if int(r["round"]) >= 2:  # rounds 0-1: no measurement yet
             by_worker.setdefault(int(r["worker"]), []).append(int(r["H"]))
     mean = {w: sum(h) / len(h) for w, h in by_worker.items()}
+    for r in rows:  # the budgets and their reasons, for a failure's reader
+        print(f"round {r['round']} worker {r['worker']}: H={r['H']} "
+              f"peers={r['peers']} compute {float(r['compute_s']):.2f} s "
+              f"exchange {float(r.get('exchange_s') or 0):.2f} s "
+              f"({r['reason']})")
     print(f"mean H from round 2 on, per worker: {mean}")
     slow = 3
     if slow not in mean or any(mean[slow] >= mean[w]
