@@ -60,8 +60,8 @@ def load_run(folder):
         return (float(w["rate_mbit"]) or float("inf"),
                 float(w["cpu"]) or float("inf")) == fastest
 
-    def wait(ws):
-        values = [w["wait_fraction"] for w in ws if w["wait_fraction"] != ""]
+    def wait(ws, key="wait_fraction"):
+        values = [w[key] for w in ws if w.get(key, "") != ""]
         return sum(values) / len(values) if values else None
     fast = [w for w in workers if is_fast(w)]
     slow = [w for w in workers if not is_fast(w)]
@@ -78,6 +78,7 @@ def load_run(folder):
         "final_bpb": evals[-1][2] if evals else None,
         "evals": evals,
         "fast_wait": wait(fast), "slow_wait": wait(slow),
+        "fast_idle": wait(fast, "idle_fraction"),
         "mb_moved": sum(w["sent_bytes"] for w in workers) / 1e6,
         "mean_h": {w: sum(v) / len(v) for w, v in sorted(h.items())},
     }
@@ -151,7 +152,8 @@ def main(argv):
         run["to_ref_s"] = (seconds_to_reach(run, target)
                            if target is not None else None)
     fields = ["scenario", "algorithm", "seed", "state", "wall_s", "tokens",
-              "final_bpb", "to_ref_s", "fast_wait", "slow_wait", "mb_moved",
+              "final_bpb", "to_ref_s", "fast_wait", "slow_wait", "fast_idle",
+              "mb_moved",
               "mean_h", "folder"]
     with open(os.path.join(out, "runs.csv"), "w", newline="",
               encoding="utf-8") as f:
@@ -162,9 +164,10 @@ def main(argv):
                 f"w{w}={h:.1f}" for w, h in run["mean_h"].items())})
     rows = [f"| scenario | algorithm | seeds | wall s | final bpb | s to "
             f"{args.reference}'s final bpb | / {args.reference} wall | fast "
-            "workers wait | slowest wait | MB sent | mean H (round 2 on) |",
+            "workers wait | slowest wait | fast workers not computing | "
+            "MB sent | mean H (round 2 on) |",
             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- "
-            "| --- |"]
+            "| --- | --- |"]
     for (scenario, algorithm), rs in sorted(groups.items()):
         to_ref = mean([r["to_ref_s"] for r in rs])
         unreached = sum(1 for r in rs if r["to_ref_s"] is None)
@@ -182,6 +185,7 @@ def main(argv):
             f"{fmt(ratio, '.2f')} | "
             f"{fmt(mean([r['fast_wait'] for r in rs]), '.1%')} | "
             f"{fmt(mean([r['slow_wait'] for r in rs]), '.1%')} | "
+            f"{fmt(mean([r['fast_idle'] for r in rs]), '.1%')} | "
             f"{fmt(mean([r['mb_moved'] for r in rs]), '.1f')} | {mean_h} |")
     table = "\n".join(rows) + "\n"
     with open(os.path.join(out, "table.md"), "w", encoding="utf-8") as f:

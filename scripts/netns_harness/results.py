@@ -97,6 +97,11 @@ def worker_totals(metrics):
         "wait_s": round(wait, 3),
         "round_s": round(round_s, 3),
         "wait_fraction": round(wait / round_s, 4) if round_s > 0 else "",
+        # Round time not spent on inner steps (exchange, wait, outer update,
+        # evaluation): what an all-reduce behind a slow link costs a fast
+        # worker, which its peer-wait metric does not count.
+        "idle_fraction": (round(1 - compute / round_s, 4) if round_s > 0
+                          else ""),
         "sent_bytes": int(get("peer_sent_bytes_total")),
         "received_bytes": int(get("peer_received_bytes_total")),
         # Exchange without the wait for partners, over compute: the ratio
@@ -120,6 +125,7 @@ ROUND_FIELDS = ["worker", "worker_id", "job", "round", "H", "peers",
 WORKER_FIELDS = ["worker", "worker_ids", "rate_mbit", "delay_ms", "loss_pct",
                  "cpu", "rounds", "inner_steps", "tokens", "compute_s",
                  "exchange_s", "wait_s", "round_s", "wait_fraction",
+                 "idle_fraction",
                  "sent_bytes", "received_bytes", "wire_to_compute"]
 PROGRESS_FIELDS = ["elapsed_s", "unix", "round", "tokens", "val_bpb",
                    "train_loss"]
