@@ -17,6 +17,7 @@ Exit codes: 0 the job finished; 1 it failed or the harness hit an error;
 2 bad usage or scenario; 3 not root (namespaces need it); 130 interrupted.
 """
 import argparse
+import fcntl
 import json
 import os
 import signal
@@ -31,6 +32,7 @@ from netns_harness import scenario as scenario_file  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BASE_PREFIX = "gl-"
+LOCK_FILE = "/run/gasloc-netns.lock"
 COORDINATOR_PORT, WORKER_PORT = 7070, 7071
 COORDINATOR_METRICS, WORKER_METRICS = 9464, 9465
 # --algorithm -> (Algorithm, BudgetPolicy or None for the default).
@@ -79,7 +81,9 @@ class Run:
         self.out = args.out
         self.bin = os.path.join(args.build, "server")
         self.cluster = None
-        self.procs = {}        # name -> Popen
+        self.procs = {}        # name -> Popen (the latest of that name)
+        self.retired = []      # earlier Popens of restarted processes
+        self.out_offset = {}   # name -> size of its .out at its last start
         self.worker_ids = {}   # worker index -> set of ids seen
         self.metrics = {}      # worker index -> last parse_metrics()
         self.progress = []
@@ -90,9 +94,13 @@ class Run:
 
     # -- set-up --------------------------------------------------------
     def setup_network(self):
-        subnet = net.pick_subnet()
-        self.cluster = net.Cluster(self.prefix, subnet)
-        self.cluster.create_bridge()
+        # Two harnesses starting at once must not pick the same subnet: the
+        # pick and the bridge's address (its route) happen under one lock.
+        with open(LOCK_FILE, "w", encoding="ascii") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            subnet = net.pick_subnet()
+            self.cluster = net.Cluster(self.prefix, subnet)
+            self.cluster.create_bridge()
         self.coordinator_ns = self.cluster.add_node("c", 2)
         self.coordinator = f"{self.cluster.ip_of(2)}:{COORDINATOR_PORT}"
         self.worker_ns, self.cgroups = {}, {}
@@ -110,7 +118,11 @@ class Run:
 
     def start(self, name, ns, argv, cgroup_procs=None):
         logs = os.path.join(self.out, "logs")
-        stdout = open(os.path.join(logs, name + ".out"), "ab")
+        out_path = os.path.join(logs, name + ".out")
+        # A restarted process appends: wait_listening reads from here on.
+        self.out_offset[name] = (os.path.getsize(out_path)
+                                 if os.path.exists(out_path) else 0)
+        stdout = open(out_path, "ab")
         stderr = open(os.path.join(logs, name + ".log"), "ab")
 
         def enter_cgroup():
@@ -130,8 +142,9 @@ class Run:
         path = os.path.join(self.out, "logs", name + ".out")
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
-            with open(path, encoding="utf-8", errors="replace") as f:
-                if "listening on port" in f.read():
+            with open(path, "rb") as f:
+                f.seek(self.out_offset.get(name, 0))
+                if b"listening on port" in f.read():
                     return
             if self.procs[name].poll() is not None:
                 raise HarnessError(f"{name} exited with "
@@ -224,22 +237,48 @@ class Run:
                 if f"worker{w.index}" in self.procs and
                 self.procs[f"worker{w.index}"].poll() is None]
 
+    def worker_events(self, w):
+        """(time, what) of worker w's events; 0 = none."""
+        heal_at = (w.partition_at_s + w.partition_for_s
+                   if w.partition_at_s > 0 else 0)
+        gone_at = max(w.leave_at_s, w.kill_at_s)
+        restart_at = (gone_at + w.restart_after_s
+                      if gone_at > 0 and w.restart_after_s > 0 else 0)
+        return ((w.join_at_s, "join"), (w.leave_at_s, "leave"),
+                (w.kill_at_s, "kill"), (w.partition_at_s, "partition"),
+                (heal_at, "heal"), (restart_at, "restart"))
+
     def apply_events(self, elapsed, done):
-        for w in self.sc.workers:
+        sc = self.sc
+        restart_at = (sc.coordinator_kill_at_s +
+                      sc.coordinator_restart_after_s
+                      if sc.coordinator_kill_at_s > 0 else 0)
+        for at, what in ((sc.coordinator_kill_at_s, "kill"),
+                         (restart_at, "restart")):
+            if at <= 0 or ("c", what) in done or elapsed < at:
+                continue
+            done.add(("c", what))
+            if what == "kill":
+                self.procs["coordinator"].kill()
+                log(f"t={elapsed:.0f}s: coordinator killed (SIGKILL)")
+            else:
+                self.retired.append(self.procs["coordinator"])
+                self.start_coordinator()
+                log(f"t={elapsed:.0f}s: coordinator restarted (same "
+                    "database)")
+        for w in sc.workers:
             name = f"worker{w.index}"
-            heal_at = (w.partition_at_s + w.partition_for_s
-                       if w.partition_at_s > 0 else 0)
-            for at, what in ((w.join_at_s, "join"), (w.leave_at_s, "leave"),
-                             (w.kill_at_s, "kill"),
-                             (w.partition_at_s, "partition"),
-                             (heal_at, "heal")):
+            for at, what in self.worker_events(w):
                 key = (w.index, what)
                 if at <= 0 or key in done or elapsed < at:
                     continue
                 done.add(key)
-                if what == "join":
+                if what in ("join", "restart"):
+                    if name in self.procs:
+                        self.retired.append(self.procs[name])
                     self.start_worker(w)
-                    log(f"t={elapsed:.0f}s: worker{w.index} joins")
+                    log(f"t={elapsed:.0f}s: worker{w.index} "
+                        f"{'joins' if what == 'join' else 'restarts'}")
                 elif what in ("partition", "heal"):
                     # The host end of its veth: down cuts the worker off
                     # the bridge both ways, its process and state untouched.
@@ -275,13 +314,24 @@ class Run:
         log(f"job {self.job_id} started: {spec['name']}, "
             f"{len(initial)} worker(s), coordinator {self.coordinator}")
         events, last_round, state = set(), -1, ""
+        unreachable_since = None
         deadline = time.monotonic() + self.args.timeout
         while True:
             elapsed = time.time() - self.job_start
             self.apply_events(elapsed, events)
             for w in self.live_workers():
                 self.scrape(w.index)
-            job = self.ctl("job", "get", str(self.job_id))
+            try:
+                job = self.ctl("job", "get", str(self.job_id))
+                unreachable_since = None
+            except HarnessError as e:
+                # A coordinator restart (scenario event) or a slow moment:
+                # give up only after a minute without an answer.
+                unreachable_since = unreachable_since or time.monotonic()
+                if time.monotonic() - unreachable_since > 60:
+                    raise HarnessError(f"no answer for 60 s: {e}") from e
+                time.sleep(self.args.poll)
+                continue
             state = job.get("state", "")
             rounds_done = int(job.get("rounds_completed", 0))
             if rounds_done != last_round:
@@ -316,11 +366,12 @@ class Run:
     # -- shutdown and results ------------------------------------------
     def stop(self):
         """SIGTERM every child, 10 s grace, then SIGKILL; reaps them."""
-        for proc in self.procs.values():
+        procs = list(self.procs.values()) + self.retired
+        for proc in procs:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + 10
-        for proc in self.procs.values():
+        for proc in procs:
             try:
                 proc.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
@@ -430,6 +481,17 @@ def check_prerequisites(args):
             sys.exit(2)
 
 
+def partial_results(run, state):
+    """The results folder of a run that did not end normally, if it began."""
+    if run.job_id is None:
+        return
+    try:
+        run.stop()
+        run.write_results(state)
+    except (OSError, ValueError, KeyError) as e:
+        log(f"no results folder: {e}")
+
+
 def main(argv):
     args = parse_args(argv)
     os.environ["PATH"] = os.environ.get("PATH", "") + ":/usr/sbin:/sbin"
@@ -470,9 +532,11 @@ def main(argv):
     except Interrupted as e:
         log(f"interrupted ({e}): stopping and cleaning up")
         rc = 130
+        partial_results(run, "INTERRUPTED")
     except (HarnessError, net.NetError, OSError) as e:
         log(f"error: {e}")
         rc = 1
+        partial_results(run, "HARNESS_ERROR")
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)

@@ -32,6 +32,7 @@ class Worker:
     kill_at_s: float    # SIGKILL at; 0 = never
     partition_at_s: float   # its link goes down at; 0 = never
     partition_for_s: float  # ... and comes back after this many seconds
+    restart_after_s: float  # after its leave or kill, starts again; 0 = no
 
 
 @dataclasses.dataclass
@@ -54,17 +55,20 @@ class Scenario:
     exchange_deadline_ms: int
     corpus: str          # relative to the repository root, or absolute
     workers: list
+    coordinator_kill_at_s: float = 0       # SIGKILL of the coordinator; 0 = no
+    coordinator_restart_after_s: float = 2  # ... started again this later
 
 
 _TOP_KEYS = {"name", "description", "model", "training", "stop", "corpus",
-             "defaults", "workers", "exchange_deadline_ms"}
+             "defaults", "workers", "exchange_deadline_ms", "coordinator"}
 _MODEL_KEYS = {"layers", "d_model", "heads", "context", "batch"}
 _TRAINING_KEYS = {"threads", "local_steps", "min_local_steps", "lr", "warmup",
                   "eval_windows", "eval_every"}
 _STOP_KEYS = {"max_rounds", "max_tokens", "max_wall_seconds"}
 _WORKER_KEYS = {"rate_mbit", "delay_ms", "loss_pct", "cpu", "join_at_s",
                 "leave_at_s", "kill_at_s", "partition_at_s",
-                "partition_for_s", "count"}
+                "partition_for_s", "restart_after_s", "count"}
+_COORDINATOR_KEYS = {"kill_at_s", "restart_after_s"}
 
 
 def _check_keys(where, mapping, allowed, path):
@@ -141,7 +145,9 @@ def load(path):
                 partition_at_s=num(f"{where}.partition_at_s", merged,
                                    "partition_at_s", 0, 0, 86400),
                 partition_for_s=num(f"{where}.partition_for_s", merged,
-                                    "partition_for_s", 10, 0.1, 86400)))
+                                    "partition_for_s", 10, 0.1, 86400),
+                restart_after_s=num(f"{where}.restart_after_s", merged,
+                                    "restart_after_s", 0, 0, 86400)))
     if len(workers) > 99:
         raise ScenarioError(f"{path}: {len(workers)} workers; at most 99 "
                             "(interface names have 15 characters)")
@@ -189,6 +195,13 @@ def load(path):
                                  True),
         corpus=corpus,
         workers=workers)
+    coordinator = dict(raw.get("coordinator", {}))
+    _check_keys("coordinator", coordinator, _COORDINATOR_KEYS, path)
+    scenario.coordinator_kill_at_s = num(
+        "coordinator.kill_at_s", coordinator, "kill_at_s", 0, 0, 86400)
+    scenario.coordinator_restart_after_s = num(
+        "coordinator.restart_after_s", coordinator, "restart_after_s", 2,
+        0.1, 86400)
     if not (scenario.max_rounds or scenario.max_tokens or
             scenario.max_wall_seconds):
         raise ScenarioError(f"{path}: stop needs at least one of "
