@@ -84,7 +84,6 @@ class Run:
         self.procs = {}        # name -> Popen (the latest of that name)
         self.retired = []      # earlier Popens of restarted processes
         self.out_offset = {}   # name -> size of its .out at its last start
-        self.worker_ids = {}   # worker index -> set of ids seen
         self.metrics = {}      # worker index -> last parse_metrics()
         self.progress = []
         self.job_id = None
@@ -297,6 +296,7 @@ class Run:
 
     def run(self):
         os.makedirs(os.path.join(self.out, "logs"), exist_ok=True)
+        spec = self.job_spec()  # a bad corpus fails before any set-up
         self.setup_network()
         self.start_coordinator()
         initial = [w for w in self.sc.workers if w.join_at_s == 0]
@@ -304,7 +304,6 @@ class Run:
             self.start_worker(w)
         for w in initial:
             self.wait_listening(f"worker{w.index}")
-        spec = self.job_spec()
         with open(os.path.join(self.out, "job.json"), "w",
                   encoding="utf-8") as f:
             json.dump(spec, f, indent=2)
@@ -512,6 +511,10 @@ def main(argv):
             REPO, "runs", f"netns-{sc.name}-{args.algorithm}-s{args.seed}-"
             f"{time.strftime('%Y%m%d-%H%M%S')}")
     args.out = os.path.abspath(args.out)
+    if os.path.isdir(args.out) and os.listdir(args.out):
+        # Logs are appended (restarts): an old run's would mix in.
+        log(f"results folder {args.out} is not empty; give a new --out")
+        return 2
     os.makedirs(args.out, exist_ok=True)
     prefix = f"{BASE_PREFIX}{os.getpid()}-"
 
