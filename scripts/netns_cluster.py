@@ -420,13 +420,16 @@ class Run:
                   encoding="utf-8") as f:
             json.dump(summary, f, indent=2)
         log(f"results in {self.out}")
-        print("  worker  link_mbit  cpu  rounds  steps  wait%  sent_MB  "
-              "wire/compute")
+        print("  worker  link_mbit  cpu  rounds  steps  wait%  idle%  "
+              "sent_MB  wire/compute")
+
+        def percent(value):
+            return f"{100 * value:.1f}" if value != "" else "-"
         for w in workers:
-            wait = (f"{100 * w['wait_fraction']:.1f}"
-                    if w["wait_fraction"] != "" else "-")
             print(f"  w{w['worker']:<6} {w['rate_mbit']:>9} {w['cpu']:>4} "
-                  f"{w['rounds']:>7} {w['inner_steps']:>6} {wait:>6} "
+                  f"{w['rounds']:>7} {w['inner_steps']:>6} "
+                  f"{percent(w['wait_fraction']):>6} "
+                  f"{percent(w['idle_fraction']):>6} "
                   f"{w['sent_bytes'] / 1e6:>8.2f}  {w['wire_to_compute']}")
         print(f"  exchange (wire) / compute time of a round, mean over "
               f"workers: {summary['mean_wire_to_compute']}")
