@@ -21,9 +21,11 @@ _REGISTERED = re.compile(r"registered as worker (\d+)")
 _ROUND_START = re.compile(
     r"job (\d+) round (\d+) \(epoch \d+\): H=(\d+) \((.*)\), (\d+) peer")
 _EXCHANGING = re.compile(r"job (\d+) round (\d+): exchanging")
+# "wire W s, waiting Z s" only from workers that report their wire time.
 _ROUND_DONE = re.compile(
     r"job (\d+) round (\d+) done: loss (\S+), val bpb (\S+), exchange (\S+) "
-    r"s, peer distance \S+, (\d+) failed")
+    r"s,(?: wire (\S+) s, waiting (\S+) s,)? peer distance \S+, (\d+) "
+    r"failed")
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)")
 
 
@@ -59,7 +61,10 @@ def parse_worker_log(text):
                 row.update(done_unix=t, round_s=t - row["start_unix"],
                            loss=float(r.group(3)), val_bpb=float(r.group(4)),
                            exchange_s=float(r.group(5)),
-                           failed_peers=int(r.group(6)))
+                           failed_peers=int(r.group(8)))
+                if r.group(6) is not None:
+                    row.update(wire_s=float(r.group(6)),
+                               wait_s=float(r.group(7)))
     return ids, sorted(rounds.values(), key=lambda r: r["round"])
 
 
@@ -87,6 +92,9 @@ def worker_totals(metrics):
     compute = get("inner_phase_duration_seconds_sum")
     exchange = get("exchange_duration_seconds_sum")
     wait = get("peer_wait_seconds_total")
+    # Workers that measure their wire time export it; else exchange - wait.
+    wire = metrics.get("gasloc_worker_exchange_wire_seconds_total",
+                       exchange - wait)
     round_s = get("round_duration_seconds_sum")
     return {
         "rounds": int(get("outer_rounds_total")),
@@ -104,10 +112,10 @@ def worker_totals(metrics):
                           else ""),
         "sent_bytes": int(get("peer_sent_bytes_total")),
         "received_bytes": int(get("peer_received_bytes_total")),
-        # Exchange without the wait for partners, over compute: the ratio
-        # a scenario is tuned to keep near 1.
-        "wire_to_compute": (round((exchange - wait) / compute, 3)
-                            if compute > 0 else ""),
+        # Wire time (the exchange without the wait for partners) over
+        # compute: the ratio a scenario is tuned by.
+        "wire_to_compute": (round(wire / compute, 3) if compute > 0
+                            else ""),
     }
 
 
@@ -120,7 +128,8 @@ def write_csv(path, rows, fields):
 
 
 ROUND_FIELDS = ["worker", "worker_id", "job", "round", "H", "peers",
-                "compute_s", "exchange_s", "round_s", "loss", "val_bpb",
+                "compute_s", "exchange_s", "wire_s", "wait_s", "round_s",
+                "loss", "val_bpb",
                 "failed_peers", "start_unix", "done_unix", "reason"]
 WORKER_FIELDS = ["worker", "worker_ids", "rate_mbit", "delay_ms", "loss_pct",
                  "cpu", "rounds", "inner_steps", "tokens", "compute_s",

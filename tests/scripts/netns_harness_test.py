@@ -76,7 +76,14 @@ LOG = "".join(f"I20261203 13:29:{t} worker/daemon/worker_daemon.cc:1] {m}\n"
                   "peer distance 1.2, 0 failed peer(s)"),
     ("04.100000", "job 1 round 1 (epoch 1): H=25 (s_i=25 steps/s (0.90x "
                   "fastest), c_i=2.54 s, T=3.55 s: H_i=25), 1 peer(s), "
-                  "0 in ring")))
+                  "0 in ring"),
+    ("06.000000", "job 1 round 1: exchanging"),
+    # Workers that report wire and waiting time (issue 16 item 1).
+    ("08.000000", "job 1 round 1 done: loss 4.1, val bpb 3.9, exchange 2 s, "
+                  "wire 0.5 s, waiting 1.5 s, peer distance 1.1, 1 failed "
+                  "peer(s)"),
+    ("08.100000", "job 1 round 2 (epoch 1): H=30 (s_i=25 steps/s), 1 "
+                  "peer(s), 0 in ring")))
 
 METRICS = """\
 # HELP gasloc_worker_peer_wait_seconds_total x
@@ -92,21 +99,30 @@ class ResultsTest(unittest.TestCase):
     def test_worker_log(self):
         ids, rounds = results.parse_worker_log(LOG)
         self.assertEqual(ids, [7])
-        self.assertEqual(len(rounds), 2)
-        first, second = rounds
+        self.assertEqual(len(rounds), 3)
+        first, second, third = rounds
         self.assertEqual(first["H"], 80)
         self.assertAlmostEqual(first["compute_s"], 2.5)
         self.assertAlmostEqual(first["round_s"], 3.0)
         self.assertEqual(first["exchange_s"], 0.5)
         self.assertEqual(second["H"], 25)
         self.assertIn("c_i=2.54 s", second["reason"])
-        self.assertNotIn("exchange_s", second)  # not done yet
+        self.assertNotIn("wire_s", first)
+        self.assertEqual((second["exchange_s"], second["wire_s"],
+                          second["wait_s"], second["failed_peers"]),
+                         (2.0, 0.5, 1.5, 1))
+        self.assertNotIn("exchange_s", third)  # not done yet
 
     def test_metrics(self):
         totals = results.worker_totals(results.parse_metrics(METRICS))
         self.assertEqual(totals["wait_fraction"], 0.25)
         self.assertEqual(totals["sent_bytes"], 1000000)
         self.assertEqual(totals["wire_to_compute"], 0.25)  # (4 - 2.5) / 6
+        with_wire = results.parse_metrics(
+            METRICS + 'gasloc_worker_exchange_wire_seconds_total{job_id="1"} '
+            "3\n")
+        self.assertEqual(results.worker_totals(with_wire)["wire_to_compute"],
+                         0.5)  # 3 / 6
 
 
 if __name__ == "__main__":
