@@ -241,7 +241,9 @@ absl::StatusOr<v1::JobStatus> Coordinator::GetJob(uint64_t job_id) {
   const absl::Time now = clock_->Now();
   TickForRead(now);
   ASSIGN_OR_RETURN(JobRec * job, FindJob(job_id));
-  return StatusOf(*job, now);
+  v1::JobStatus status = StatusOf(*job, now);
+  AddWorkerBudgets(*job, &status);
+  return status;
 }
 
 v1::ListJobsResponse Coordinator::ListJobs() {
@@ -400,9 +402,19 @@ CoordinatorGaugeState Coordinator::GaugeState() const {
   for (const auto& [id, job] : jobs_) {
     const v1::JobState s = job.stored.status.state();
     ++state.jobs_by_state[s];
-    if (s == v1::JOB_STATE_PENDING || s == v1::JOB_STATE_RUNNING)
-      state.active_jobs.push_back({id, job.stored.status.epoch(),
-                                   static_cast<uint32_t>(job.members.size())});
+    if (s == v1::JOB_STATE_PENDING || s == v1::JOB_STATE_RUNNING) {
+      CoordinatorGaugeState::Job& g = state.active_jobs.emplace_back(
+          CoordinatorGaugeState::Job{
+              .job_id = id,
+              .epoch = job.stored.status.epoch(),
+              .members = static_cast<uint32_t>(job.members.size()),
+              .budgets = {}});
+      for (const auto& [wid, m] : job.members)
+        if (m.local_steps > 0)
+          g.budgets.push_back({.worker_id = wid,
+                               .local_steps = m.local_steps,
+                               .wait_fraction = m.wait_fraction});
+    }
   }
   return state;
 }

@@ -80,10 +80,17 @@ struct CoordinatorOptions {
 // coordinator_metrics.h), read in one short critical section.
 struct CoordinatorGaugeState {
   using Worker = Membership::Age;
+  // A member's budget in its latest planned round and its latest wait.
+  struct MemberBudget {
+    uint64_t worker_id = 0;
+    uint32_t local_steps = 0;
+    double wait_fraction = 0;
+  };
   struct Job {
     uint64_t job_id = 0;
     uint64_t epoch = 0;
     uint32_t members = 0;
+    std::vector<MemberBudget> budgets;  // by worker id
   };
   std::vector<Worker> live_workers;               // by id
   std::map<v1::JobState, uint32_t> jobs_by_state;  // every state, 0 included
@@ -251,6 +258,9 @@ class Coordinator {
                 const std::string& description, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   v1::JobStatus StatusOf(const JobRec& job, absl::Time now) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Fills status->worker_budgets from the latest planned round (GetJob).
+  void AddWorkerBudgets(const JobRec& job, v1::JobStatus* status) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // ---------------------------------------- rounds (coordinator_rounds.cc)

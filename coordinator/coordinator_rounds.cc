@@ -84,21 +84,38 @@ void Coordinator::PlanNextRound(JobRec& job, absl::Time now) {
     AddEvent(job, v1::JOB_EVENT_KIND_MEMBERSHIP, what, now);
   }
 
+  // The schedule first: each budget depends on this round's peers.
+  RoundRec rec = MakeRoundRec(job, r, epoch.epoch, /*deadline_unix_ms=*/0);
+  std::vector<double> links;
+  links.reserve(ids.size());
+  for (const auto& [wid, m] : job.members) links.push_back(m.bytes_per_second);
+  std::vector<ExpectedExchange> expected =
+      ExpectedExchanges(rec.schedule, ExchangeVolumeOf(st.spec()), links);
   // Budgets.
   std::vector<WorkerRates> rates;
+  std::vector<WorkerRound> this_round;
   std::vector<uint32_t> old_steps;
   rates.reserve(ids.size());
+  this_round.reserve(ids.size());
   old_steps.reserve(ids.size());
   for (const auto& [wid, m] : job.members) {
-    rates.push_back({m.steps_per_second, m.bytes_per_second});
+    ExpectedExchange e = this_round.size() < expected.size()
+                             ? expected[this_round.size()]
+                             : ExpectedExchange{};
+    if (e.bound_index >= 0 && static_cast<size_t>(e.bound_index) < ids.size())
+      e.bound_peer = ids[e.bound_index];
+    rates.push_back({.steps_per_second = m.steps_per_second,
+                     .bytes_per_second = m.bytes_per_second});
+    this_round.push_back({.exchange = e, .previous_steps = m.local_steps});
     old_steps.push_back(m.local_steps);
   }
   BudgetPlan plan = PlanBudgets(
-      rates, BudgetOptionsFor(st.spec(), static_cast<uint32_t>(ids.size())));
+      rates, this_round,
+      BudgetOptionsFor(st.spec(), static_cast<uint32_t>(ids.size())));
   const int64_t deadline = absl::ToUnixMillis(
       now + absl::Seconds(plan.target_round_seconds) +
       absl::Milliseconds(st.spec().exchange().deadline_ms()));
-  RoundRec rec = MakeRoundRec(job, r, epoch.epoch, deadline);
+  rec.deadline_unix_ms = deadline;
 
   std::vector<std::string> changes;
   for (const BudgetDiff& d : DiffBudgets(old_steps, plan.budgets)) {
@@ -173,6 +190,38 @@ void Coordinator::PlanNextRound(JobRec& job, absl::Time now) {
                           absl::StrJoin(changes.begin(),
                                         changes.begin() + shown, "; ")),
              now);
+  }
+}
+
+void Coordinator::AddWorkerBudgets(const JobRec& job,
+                                   v1::JobStatus* status) const {
+  if (job.rounds.empty()) return;
+  const RoundRec& round = job.rounds.rbegin()->second;
+  const EpochRec* epoch = EpochOf(job, round.epoch);
+  if (epoch == nullptr) return;
+  for (size_t i = 0; i < epoch->members.size() && i < round.budgets.size();
+       ++i) {
+    const uint64_t wid = epoch->members[i];
+    const Budget& b = round.budgets[i];
+    v1::WorkerBudget* w = status->add_worker_budgets();
+    w->set_worker_id(wid);
+    w->set_round(round.round);
+    w->set_local_steps(b.local_steps);
+    w->set_previous_local_steps(b.previous_steps);
+    w->set_steps_per_second(b.steps_per_second);
+    w->set_bytes_per_second(b.bytes_per_second);
+    w->set_exchange_seconds(b.exchange_seconds);
+    w->set_bound_peer(b.bound_peer);
+    w->set_bound_bytes_per_second(b.bound_bytes_per_second);
+    w->set_target_seconds(b.target_seconds);
+    auto m = job.members.find(wid);
+    if (m != job.members.end()) {
+      w->set_wait_fraction(m->second.wait_fraction);
+      // Not used by a uniform or unmeasured budget: the current estimate.
+      if (b.basis != Budget::Basis::kAdaptive)
+        w->set_steps_per_second(m->second.steps_per_second);
+    }
+    w->set_reason(b.Reason());
   }
 }
 
@@ -391,13 +440,36 @@ absl::Status Coordinator::ApplyReport(const v1::ReportRoundRequest& request,
   m.last_reported_round = static_cast<int64_t>(request.round());
   if (request.inner_steps() > 0 && request.compute_seconds() > 0)
     m.steps_per_second =
-        UpdateEma(m.steps_per_second,
-                  request.inner_steps() / request.compute_seconds(),
-                  options_.ema_weight);
-  const double link = LinkBytesPerSecond(
-      request.bytes_sent(), request.bytes_received(), request.exchange_seconds());
-  if (link > 0)
-    m.bytes_per_second = UpdateEma(m.bytes_per_second, link, options_.ema_weight);
+        BoundedEma(m.steps_per_second,
+                   request.inner_steps() / request.compute_seconds(),
+                   options_.ema_weight, kMaxEstimateFactor);
+  // b_i from wire time only (the wait for a partner is not the link's):
+  // per-peer samples when the worker sent them, else the whole exchange's
+  // wire time; a report without wire time leaves b_i as it is.
+  std::vector<LinkObservation> samples;
+  // Concurrent receives share the link: a peer's sample is scaled by their
+  // number (link_model.h; a ring all-reduce reports one sample).
+  const double sharing = static_cast<double>(request.link_samples_size());
+  for (const v1::LinkSample& sample : request.link_samples()) {
+    const double rate =
+        sharing * LinkBytesPerSecond(0, sample.bytes(), sample.wire_seconds());
+    auto peer = job.members.find(sample.peer_id());
+    samples.push_back(
+        {.bytes_per_second = rate,
+         .peer_estimate =
+             peer == job.members.end() ? 0 : peer->second.bytes_per_second});
+  }
+  if (samples.empty())
+    samples.push_back({.bytes_per_second = LinkBytesPerSecond(
+                           request.bytes_sent(), request.bytes_received(),
+                           request.wire_seconds())});
+  m.bytes_per_second = UpdateLinkEstimate(m.bytes_per_second, samples,
+                                          options_.ema_weight,
+                                          kMaxEstimateFactor);
+  const double round_seconds =
+      request.compute_seconds() + request.exchange_seconds();
+  m.wait_fraction =
+      round_seconds > 0 ? request.wait_seconds() / round_seconds : 0;
   if (request.val_bpb() > 0) m.val_bpb = request.val_bpb();
   m.train_loss = request.train_loss();
   Contribute(job, m, +1);

@@ -261,17 +261,64 @@ int JobList(v1::Coordinator::Stub& stub) {
   return kOk;
 }
 
-int JobGet(v1::Coordinator::Stub& stub, uint64_t id) {
+// GetJob of `id` into *response.
+grpc::Status FetchJob(v1::Coordinator::Stub& stub, uint64_t id,
+                      v1::GetJobResponse* response) {
   v1::GetJobRequest request;
   request.set_job_id(id);
+  return stub.GetJob(Context().get(), request, response);
+}
+
+int JobGet(v1::Coordinator::Stub& stub, uint64_t id) {
   v1::GetJobResponse response;
-  grpc::Status status = stub.GetJob(Context().get(), request, &response);
+  grpc::Status status = FetchJob(stub, id, &response);
   if (!status.ok()) return Fail(Describe(status));
   if (Json()) {
     std::printf("%s\n", ToJson(response.job()).c_str());
   } else {
     PrintJobDetail(response.job());
   }
+  return kOk;
+}
+
+// `job budgets ID`: every member's H_i in the latest planned round, the
+// inputs of the formula (algorithms.md section 5), its waiting and why.
+int JobBudgets(v1::Coordinator::Stub& stub, uint64_t id) {
+  v1::GetJobResponse response;
+  grpc::Status status = FetchJob(stub, id, &response);
+  if (!status.ok()) return Fail(Describe(status));
+  const v1::JobStatus& job = response.job();
+  if (Json()) {
+    v1::JobStatus budgets;
+    budgets.set_job_id(job.job_id());
+    *budgets.mutable_worker_budgets() = job.worker_budgets();
+    std::printf("%s\n", ToJson(budgets).c_str());
+    return kOk;
+  }
+  if (job.worker_budgets().empty()) {
+    std::printf("job %llu has no planned round yet\n",
+                static_cast<unsigned long long>(id));
+    return kOk;
+  }
+  std::vector<std::vector<std::string>> rows = {
+      {"WORKER", "ROUND", "H_I", "PREV", "STEPS/S", "LINK_MB/S", "C_I_S",
+       "BOUND_BY", "T_S", "WAIT", "REASON"}};
+  for (const v1::WorkerBudget& b : job.worker_budgets())
+    rows.push_back(
+        {absl::StrCat(b.worker_id()), absl::StrCat(b.round()),
+         absl::StrCat(b.local_steps()),
+         b.previous_local_steps() == 0 ? "-"
+                                       : absl::StrCat(b.previous_local_steps()),
+         absl::StrFormat("%.2f", b.steps_per_second()),
+         b.bytes_per_second() > 0
+             ? absl::StrFormat("%.1f",
+                               LinkMegabytesPerSecond(b.bytes_per_second()))
+             : "-",
+         absl::StrFormat("%.3g", b.exchange_seconds()),
+         b.bound_peer() == 0 ? "-" : absl::StrCat(b.bound_peer()),
+         absl::StrFormat("%.3g", b.target_seconds()),
+         absl::StrFormat("%.0f%%", 100 * b.wait_fraction()), b.reason()});
+  PrintTable(rows);
   return kOk;
 }
 
@@ -398,7 +445,7 @@ int Run(const std::vector<std::string>& args) {
     return Workers(*stub);
   }
   if (command != "job") return Usage(absl::StrCat("unknown command '", command, "'"));
-  if (args.size() < 3) return Usage("job needs a subcommand: start, list, get, watch, stop");
+  if (args.size() < 3) return Usage("job needs a subcommand: start, list, get, budgets, watch, stop");
   const std::string& sub = args[2];
   if (sub == "list") {
     if (args.size() != 3) return Usage("job list takes no arguments");
@@ -410,6 +457,7 @@ int Run(const std::vector<std::string>& args) {
   auto id = ParseId(args[3]);
   if (!id.ok()) return Usage(std::string(id.status().message()));
   if (sub == "get") return JobGet(*stub, *id);
+  if (sub == "budgets") return JobBudgets(*stub, *id);
   if (sub == "watch") return JobWatch(*stub, *id);
   if (sub == "stop") return JobStop(*stub, *id);
   return Usage(absl::StrCat("unknown job subcommand '", sub, "'"));
@@ -428,6 +476,8 @@ int main(int argc, char** argv) {
       "- = stdin)\n"
       "  job list         list jobs\n"
       "  job get ID       show one job\n"
+      "  job budgets ID   every member's H_i, s_i, b_i, c_i, wait and reason "
+      "in the latest planned round\n"
       "  job watch ID     follow a job's progress until it ends (exit 0 when it "
       "finishes)\n"
       "  job stop ID      stop a job [--reason=TEXT]\n"

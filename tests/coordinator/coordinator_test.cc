@@ -95,6 +95,7 @@ class CoordinatorTest : public ::testing::Test {
     req.set_bytes_sent(bytes);
     req.set_bytes_received(bytes);
     req.set_exchange_seconds(exchange_s);
+    req.set_wire_seconds(exchange_s);  // all of it moving bytes
     req.set_train_loss(2.0f);
     req.set_tokens(1000);
     return coord_->ReportRound(req);
@@ -306,9 +307,27 @@ TEST_F(CoordinatorTest, SlowLinkGetsFewerSteps) {
                        static_cast<uint64_t>(model_bytes), exchange_s)
                     .ok());
   }
-  EXPECT_EQ(Ask(ids[0], job, 0)->local_steps(), 100u);
+  // The slow link bounds its pair's transfer (4 s): both compute
+  // (11 - 4) * 10 = 70 steps; the other pair keeps H.
   auto slow = Ask(ids[3], job, 0);
+  ASSERT_EQ(slow->peers_size(), 1);
   EXPECT_EQ(slow->local_steps(), 70u) << slow->budget_reason();
+  EXPECT_THAT(slow->budget_reason(), HasSubstr("bound by worker"));
+  for (size_t i = 0; i < 3; ++i) {
+    auto a = Ask(ids[i], job, 0);
+    const bool with_slow = a->peers(0).worker_id() == ids[3];
+    EXPECT_EQ(a->local_steps(), with_slow ? 70u : 100u) << a->budget_reason();
+  }
+  // Every member's budget, its inputs and its wait, for gaslocctl.
+  auto st = coord_->GetJob(job);
+  ASSERT_TRUE(st.ok());
+  ASSERT_EQ(st->worker_budgets_size(), 4);
+  EXPECT_EQ(st->worker_budgets(3).worker_id(), ids[3]);
+  EXPECT_EQ(st->worker_budgets(3).local_steps(), 70u);
+  EXPECT_EQ(st->worker_budgets(3).previous_local_steps(), 100u);
+  EXPECT_NEAR(st->worker_budgets(3).exchange_seconds(), 4.0, 1e-6);
+  EXPECT_NEAR(st->worker_budgets(3).bytes_per_second(), model_bytes / 4, 1);
+  EXPECT_THAT(st->worker_budgets(3).reason(), HasSubstr("(was 100)"));
 }
 
 TEST_F(CoordinatorTest, UniformBudgetsAndRingOrderForDiloco) {

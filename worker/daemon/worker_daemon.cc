@@ -408,17 +408,20 @@ absl::Status WorkerDaemon::RunAssignment(const v1::Assignment& assignment,
                                     report->inner_steps());
     progress_.set_tokens(progress_.tokens() + report->tokens());
     if (report->val_bpb() > 0) progress_.set_val_bpb(report->val_bpb());
-    // The one definition of a link figure (common/link_bandwidth.h); an
-    // exchange that measured nothing keeps the last figure.
+    // The one definition of a link figure (common/link_bandwidth.h), over
+    // the wire time (the wait for peers is not the link's); an exchange
+    // that measured nothing keeps the last figure.
     const double link = LinkBytesPerSecond(
         report->bytes_sent(), report->bytes_received(),
-        report->exchange_seconds());
+        report->wire_seconds());
     if (link > 0) progress_.set_link_bytes_per_second(static_cast<float>(link));
   }
   GASLOC_LOG(INFO) << "job " << job->job_id << " round " << assignment.round()
                    << " done: loss " << report->train_loss() << ", val bpb "
                    << report->val_bpb() << ", exchange "
-                   << report->exchange_seconds() << " s, peer distance "
+                   << report->exchange_seconds() << " s, wire "
+                   << report->wire_seconds() << " s, waiting "
+                   << report->wait_seconds() << " s, peer distance "
                    << report->peer_distance() << ", "
                    << report->failed_peers_size() << " failed peer(s)";
   *outcome = v1::ROUND_OUTCOME_COMPLETED;
