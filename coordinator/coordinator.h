@@ -112,6 +112,14 @@ class Coordinator {
   v1::ListJobsResponse ListJobs();
   absl::StatusOr<v1::JobStatus> StopJob(uint64_t job_id,
                                         const std::string& reason);
+  // A STOPPED or FAILED job back to PENDING (RUNNING once min_workers are
+  // idle), its next round after the last one planned; new members load
+  // the latest complete checkpoint set (Assignment.resume_from).
+  // FAILED_PRECONDITION, naming why, for a FINISHED / PENDING / RUNNING
+  // job and for a job that completed rounds but has no complete checkpoint
+  // set. A job that never completed a round restarts from round 0.
+  absl::StatusOr<v1::JobStatus> ResumeJob(uint64_t job_id,
+                                          const std::string& reason);
 
   // Long-poll: returns the worker's next assignment at once when there is
   // one, else waits (condition variable) up to request.wait_ms and returns
@@ -173,6 +181,11 @@ class Coordinator {
     // (memory only: after a restart the members report again). A job
     // whose every member is here FAILS (ApplyFailure).
     std::map<uint64_t, std::string> setup_failures;
+    // Checkpoints reported but not yet a complete set: by the checkpoints'
+    // next round, the members that wrote one and the val bpb they
+    // reported with it (memory only: a set completes from the reports of
+    // one coordinator's life; the complete set is in the job's status).
+    std::map<uint64_t, std::map<uint64_t, float>> checkpoints_written;
   };
 
   Coordinator(CoordinatorOptions options, std::unique_ptr<Store> store,
@@ -275,6 +288,21 @@ class Coordinator {
   // member fails the job with the reason.
   void ApplyFailure(JobRec& job, const v1::ReportRoundRequest& request,
                     absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A completed report's checkpoint (checkpoint_next_round > 0): noted,
+  // and the job's checkpoint_set replaced when every member of its round
+  // has written one (a CHECKPOINT event, logged).
+  void RecordCheckpoint(JobRec& job, const v1::ReportRoundRequest& request,
+                        absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Back to PENDING from STOPPED / FAILED (ResumeJob, checked there).
+  void ResumeLocked(JobRec& job, const std::string& reason, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The first round a job has not planned, from its status (a job whose
+  // planned rounds are not in memory: ended, or resumed before a restart).
+  static uint64_t NextRoundOf(const v1::JobStatus& status);
+  // The members whose latest failure (status.failures) is a set-up failure
+  // after their last completed round: a restarted coordinator's
+  // setup_failures.
+  static void RestoreSetupFailures(JobRec& job);
   static const EpochRec* EpochOf(const JobRec& job, uint64_t epoch);
   static RoundRec MakeRoundRec(const JobRec& job, uint64_t round,
                                uint64_t epoch, int64_t deadline_unix_ms);

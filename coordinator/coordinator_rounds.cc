@@ -225,23 +225,28 @@ v1::Assignment Coordinator::BuildAssignment(const JobRec& job,
   a.set_exchange_deadline_unix_ms(round.deadline_unix_ms);
 
   // A worker new to the job fetches the model from a member that was in the
-  // previous round and is still in the job (the lowest id).
+  // previous round and is still in the job (the lowest id); with no such
+  // member (a whole-cluster restart, a resumed job) it loads its checkpoint
+  // of the job's latest complete set.
   auto m = job.members.find(worker_id);
   if (m == job.members.end() ||
       m->second.first_round != static_cast<int64_t>(round.round) ||
       round.round == 0)
     return a;
   auto prev = job.rounds.find(round.round - 1);
-  if (prev == job.rounds.end()) return a;
-  for (uint64_t id : EpochOf(job, prev->second.epoch)->members) {
-    if (id == worker_id || !job.members.count(id)) continue;
-    if (!std::binary_search(members.begin(), members.end(), id)) continue;
-    v1::PeerAssignment* src = a.mutable_model_source();
-    src->set_worker_id(id);
-    src->set_address(membership_.at(id).stored.info.address());
-    src->set_weight(1.0f);
-    break;
+  if (prev != job.rounds.end()) {
+    for (uint64_t id : EpochOf(job, prev->second.epoch)->members) {
+      if (id == worker_id || !job.members.count(id)) continue;
+      if (!std::binary_search(members.begin(), members.end(), id)) continue;
+      v1::PeerAssignment* src = a.mutable_model_source();
+      src->set_worker_id(id);
+      src->set_address(membership_.at(id).stored.info.address());
+      src->set_weight(1.0f);
+      break;
+    }
   }
+  if (!a.has_model_source() && job.stored.status.has_checkpoint_set())
+    *a.mutable_resume_from() = job.stored.status.checkpoint_set();
   return a;
 }
 
@@ -410,6 +415,7 @@ absl::Status Coordinator::ApplyReport(const v1::ReportRoundRequest& request,
                         << request.failure_reason() << ")";
   SaveMember(m);
   UpdateProgress(job, now);
+  RecordCheckpoint(job, request, now);
   if (!std::isfinite(request.train_loss())) {
     EndJob(job, v1::JOB_STATE_FAILED,
            absl::StrCat("worker ", request.worker_id(),

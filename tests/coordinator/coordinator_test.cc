@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <set>
 #include <thread>
@@ -810,6 +811,224 @@ TEST_F(CoordinatorTest, ACompletedRoundClearsASetUpFailure) {
   req.set_outcome(v1::ROUND_OUTCOME_FAILED);  // a round failure, not set-up
   ASSERT_TRUE(coord_->ReportRound(req).ok());
   EXPECT_EQ(coord_->GetJob(job)->state(), v1::JOB_STATE_RUNNING);
+}
+
+// ------------------------------------------- checkpoint sets and resuming
+
+// A file database at a fresh path under the test's temporary directory.
+std::string FreshDatabase(const std::string& name) {
+  const std::string path = absl::StrCat(::testing::TempDir(), "/", name);
+  for (const char* suffix : {"", "-wal", "-shm"})
+    std::remove((path + suffix).c_str());
+  return path;
+}
+
+class CheckpointSetTest : public CoordinatorTest {
+ protected:
+  void SetUp() override {
+    path_ = FreshDatabase("checkpoint_set.sqlite");
+    Reopen();
+  }
+  // A new coordinator on the same database (a restart).
+  void Reopen() {
+    auto store = Store::Open(path_);
+    ASSERT_TRUE(store.ok()) << store.status();
+    Make(std::move(*store));
+  }
+  // A completed round; `next_round` > 0: the worker checkpointed it.
+  absl::Status Done(uint64_t id, uint64_t job, uint64_t round,
+                    uint64_t next_round, float val_bpb = 0) {
+    v1::ReportRoundRequest req;
+    req.set_worker_id(id);
+    req.set_job_id(job);
+    req.set_round(round);
+    req.set_inner_steps(100);
+    req.set_compute_seconds(10);
+    req.set_train_loss(2.0f);
+    req.set_val_bpb(val_bpb);
+    req.set_outcome(v1::ROUND_OUTCOME_COMPLETED);
+    req.set_checkpoint_next_round(next_round);
+    return coord_->ReportRound(req);
+  }
+  // Runs rounds [first, last] with `ids`, each checkpointing when
+  // `checkpoint` says so for (worker index, round).
+  void RunRounds(uint64_t job, const std::vector<uint64_t>& ids,
+                 uint64_t first, uint64_t last,
+                 const std::function<bool(size_t, uint64_t)>& checkpoint) {
+    for (uint64_t r = first; r <= last; ++r)
+      for (size_t i = 0; i < ids.size(); ++i) {
+        auto a = Ask(ids[i], job, static_cast<int64_t>(r) - 1);
+        ASSERT_TRUE(a.ok()) << a.status();
+        ASSERT_EQ(a->round(), r);
+        ASSERT_TRUE(
+            Done(ids[i], job, r, checkpoint(i, r) ? r + 1 : 0, 4.0f + i).ok());
+      }
+  }
+  std::string path_;
+};
+
+TEST_F(CheckpointSetTest, ASetIsCompleteWhenEveryMemberOfTheRoundWroteIt) {
+  const std::vector<uint64_t> ids = RegisterN(2);
+  const uint64_t job = Start(Spec(/*min_workers=*/2));
+  // Round 0: only the first member checkpoints; round 1: both; round 2:
+  // only the second (a newer partial set).
+  ASSERT_NO_FATAL_FAILURE(RunRounds(job, ids, 0, 2, [](size_t i, uint64_t r) {
+    return r == 1 || (r == 0 && i == 0) || (r == 2 && i == 1);
+  }));
+  auto st = coord_->GetJob(job);
+  ASSERT_TRUE(st.ok());
+  ASSERT_TRUE(st->has_checkpoint_set());
+  EXPECT_EQ(st->checkpoint_set().round(), 1u);
+  EXPECT_THAT(st->checkpoint_set().worker_ids(),
+              ::testing::ElementsAreArray(ids));
+  EXPECT_FLOAT_EQ(st->checkpoint_set().val_bpb(), 4.5f);
+  auto events = coord_->WaitJobEvents(job, 0, absl::ZeroDuration());
+  int sets = 0;
+  for (const v1::JobEvent& e : events->events)
+    sets += e.kind() == v1::JOB_EVENT_KIND_CHECKPOINT;
+  EXPECT_EQ(sets, 1);
+  // Persisted: a restarted coordinator shows the same set.
+  Reopen();
+  st = coord_->GetJob(job);
+  ASSERT_TRUE(st->has_checkpoint_set());
+  EXPECT_EQ(st->checkpoint_set().round(), 1u);
+}
+
+TEST_F(CheckpointSetTest, AWholeClusterRestartResumesFromTheSet) {
+  const std::vector<uint64_t> old_ids = RegisterN(2);
+  const uint64_t job = Start(Spec(/*min_workers=*/2));
+  ASSERT_NO_FATAL_FAILURE(RunRounds(job, old_ids, 0, 3, [](size_t i, uint64_t r) {
+    return r <= 2 || i == 0;  // round 3: only the first member's
+  }));
+  // Every worker is killed; their leases run out; they come back with new
+  // ids (and the same state directories).
+  clock_.Advance(kLease + absl::Seconds(1));
+  coord_->Tick();
+  const std::vector<uint64_t> ids = RegisterN(2);
+  auto st = coord_->GetJob(job);
+  EXPECT_EQ(st->state(), v1::JOB_STATE_RUNNING);
+  for (uint64_t id : ids) {
+    auto a = Ask(id, job, -1);
+    ASSERT_TRUE(a.ok()) << a.status();
+    EXPECT_EQ(a->round(), 4u);
+    EXPECT_FALSE(a->has_model_source()) << "no member left to fetch from";
+    ASSERT_TRUE(a->has_resume_from());
+    EXPECT_EQ(a->resume_from().round(), 2u) << "not round 3: a partial set";
+  }
+  // The next round's members are not new: no resume_from any more.
+  for (uint64_t id : ids) ASSERT_TRUE(Done(id, job, 4, 5).ok());
+  EXPECT_EQ(coord_->GetJob(job)->checkpoint_set().round(), 4u);
+  auto next = Ask(ids[0], job, 4);
+  EXPECT_FALSE(next->has_resume_from());
+}
+
+TEST_F(CheckpointSetTest, ResumeJobRunsAStoppedJobFromItsSet) {
+  const std::vector<uint64_t> ids = RegisterN(2);
+  const uint64_t job = Start(Spec(/*min_workers=*/2));
+  ASSERT_NO_FATAL_FAILURE(
+      RunRounds(job, ids, 0, 2, [](size_t, uint64_t r) { return r == 1; }));
+  EXPECT_EQ(coord_->ResumeJob(job, "").status().code(),
+            absl::StatusCode::kFailedPrecondition)
+      << "a RUNNING job";
+  ASSERT_TRUE(coord_->StopJob(job, "maintenance").ok());
+  for (uint64_t id : ids) EXPECT_EQ(Ask(id, job, 2)->kind(), v1::ASSIGNMENT_KIND_STOP);
+  // Across a coordinator restart (the job's planned rounds are gone).
+  Reopen();
+  auto resumed = coord_->ResumeJob(job, "maintenance over");
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  EXPECT_EQ(resumed->state(), v1::JOB_STATE_RUNNING);  // both idle workers
+  EXPECT_THAT(resumed->message(), HasSubstr("running with 2 workers"));
+  auto events = coord_->WaitJobEvents(job, 0, absl::ZeroDuration());
+  ASSERT_TRUE(events.ok());
+  bool said = false;
+  for (const v1::JobEvent& e : events->events)
+    said |= e.description().find(
+                "resumed from the checkpoint set of round 1: maintenance over") !=
+            std::string::npos;
+  EXPECT_TRUE(said) << "no event says where the job resumed from";
+  EXPECT_EQ(resumed->ended_unix_ms(), 0);
+  for (uint64_t id : ids) {
+    ASSERT_TRUE(Beat(id).ok());
+    auto a = Ask(id, 0, -1);
+    ASSERT_TRUE(a.ok()) << a.status();
+    ASSERT_EQ(a->kind(), v1::ASSIGNMENT_KIND_ROUND);
+    EXPECT_EQ(a->round(), 3u) << "after the last planned round";
+    ASSERT_TRUE(a->has_resume_from());
+    EXPECT_EQ(a->resume_from().round(), 1u);
+  }
+}
+
+TEST_F(CheckpointSetTest, ResumeJobIsRefusedWithTheReason) {
+  const std::vector<uint64_t> ids = RegisterN(2);
+  // Trained, no complete set: resuming would start from initial weights.
+  const uint64_t job = Start(Spec(/*min_workers=*/2));
+  ASSERT_NO_FATAL_FAILURE(
+      RunRounds(job, ids, 0, 1, [](size_t i, uint64_t) { return i == 0; }));
+  ASSERT_TRUE(coord_->StopJob(job, "").ok());
+  auto refused = coord_->ResumeJob(job, "");
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("no complete checkpoint set"));
+  EXPECT_THAT(refused.status().message(), HasSubstr("initial weights"));
+  for (uint64_t id : ids) Ask(id, job, 1).IgnoreError();  // idle again
+  // FINISHED: refused.
+  const uint64_t done = Start(Spec(2, /*max_rounds=*/1));
+  ASSERT_NO_FATAL_FAILURE(
+      RunRounds(done, ids, 0, 0, [](size_t, uint64_t) { return true; }));
+  for (uint64_t id : ids) EXPECT_EQ(Ask(id, done, 0)->kind(), v1::ASSIGNMENT_KIND_STOP);
+  ASSERT_EQ(coord_->GetJob(done)->state(), v1::JOB_STATE_FINISHED);
+  refused = coord_->ResumeJob(done, "");
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.status().message(), HasSubstr("FINISHED"));
+  EXPECT_EQ(coord_->ResumeJob(999, "").status().code(),
+            absl::StatusCode::kNotFound);
+  // Never trained (stopped before a round completed): back from round 0.
+  const uint64_t fresh = Start(Spec(/*min_workers=*/2));
+  ASSERT_EQ(Ask(ids[0], fresh, -1)->round(), 0u);
+  ASSERT_TRUE(coord_->StopJob(fresh, "").ok());
+  for (uint64_t id : ids) Ask(id, fresh, 0).IgnoreError();
+  auto again = coord_->ResumeJob(fresh, "");
+  ASSERT_TRUE(again.ok()) << again.status();
+  auto events = coord_->WaitJobEvents(fresh, 0, absl::ZeroDuration());
+  ASSERT_TRUE(events.ok());
+  bool said = false;
+  for (const v1::JobEvent& e : events->events)
+    said |= e.description().find("resumed from round 0") != std::string::npos;
+  EXPECT_TRUE(said) << "no event says where the job resumed from";
+  auto a = Ask(ids[0], 0, -1);
+  EXPECT_EQ(a->round(), 0u);
+  EXPECT_FALSE(a->has_resume_from());
+}
+
+TEST_F(CheckpointSetTest, SetUpFailuresSurviveACoordinatorRestart) {
+  const std::vector<uint64_t> ids = RegisterN(2);
+  const uint64_t job = Start(Spec(/*min_workers=*/2));
+  for (uint64_t id : ids) ASSERT_TRUE(Ask(id, job, -1).ok());
+  auto fail = [&](uint64_t id) {
+    v1::ReportRoundRequest req;
+    req.set_worker_id(id);
+    req.set_job_id(job);
+    req.set_round(0);
+    req.set_outcome(v1::ROUND_OUTCOME_SETUP_FAILED);
+    req.set_error(absl::StrCat("cannot set up the job: no corpus on ", id));
+    return coord_->ReportRound(req);
+  };
+  ASSERT_TRUE(fail(ids[0]).ok());
+  Reopen();
+  auto st = coord_->GetJob(job);
+  ASSERT_EQ(st->failures_size(), 1);
+  EXPECT_THAT(st->failures(0).error(), HasSubstr("no corpus"));
+  ASSERT_TRUE(fail(ids[1]).ok());
+  st = coord_->GetJob(job);
+  EXPECT_EQ(st->state(), v1::JOB_STATE_FAILED)
+      << "the first failure was forgotten by the restart: " << st->message();
+  EXPECT_THAT(st->message(), HasSubstr("every worker failed to set up"));
+  // The reason survives another restart.
+  Reopen();
+  st = coord_->GetJob(job);
+  EXPECT_EQ(st->state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(st->message(), HasSubstr("no corpus"));
+  EXPECT_EQ(st->failures_size(), 2);
 }
 
 }  // namespace

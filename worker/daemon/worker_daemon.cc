@@ -19,6 +19,8 @@ struct WorkerDaemon::Job {
   std::unique_ptr<InnerTrainer> trainer;
   std::unique_ptr<RoundRunner> runner;
   int64_t last_round = -1;  // last round completed (reported)
+  // Next round of the model in the newest checkpoint written; 0 = none.
+  uint64_t checkpointed_next_round = 0;
 };
 
 DataShard DataShardOf(const v1::Assignment& assignment) {
@@ -208,21 +210,39 @@ std::vector<std::string> WorkerDaemon::CheckpointCandidates(
   return candidates;
 }
 
-bool WorkerDaemon::ResumeFromCheckpoint(Job& job) {
+bool WorkerDaemon::LoadFirstUsable(Job& job,
+                                   std::optional<uint64_t> next_round) {
   for (const std::string& path : CheckpointCandidates(job)) {
     if (!std::filesystem::exists(path)) continue;
-    // RoundRunner::LoadCheckpoint is all or nothing: a damaged file leaves
-    // the parameters, optimizer state and data cursor as they were.
-    absl::Status loaded = job.runner->LoadCheckpoint(path);
+    // RoundRunner::LoadCheckpoint is all or nothing: a damaged file (or
+    // one of another round than asked) leaves the parameters, optimizer
+    // state and data cursor as they were.
+    absl::Status loaded = job.runner->LoadCheckpoint(path, next_round);
     if (loaded.ok()) {
       GASLOC_LOG(INFO) << "job " << job.job_id << ": resumed from " << path
                        << " at round " << job.runner->next_round();
+      job.checkpointed_next_round = job.runner->next_round();
       return true;
     }
     GASLOC_LOG(WARNING) << "job " << job.job_id << ": checkpoint " << path
-                        << " unusable, trying the previous one: " << loaded;
+                        << " not used, trying the previous one: " << loaded;
   }
   return false;
+}
+
+bool WorkerDaemon::ResumeFromCheckpoint(Job& job,
+                                        const v1::CheckpointSet* resume_from) {
+  if (resume_from != nullptr) {
+    // Every member of the set loads the set's round, so the replicas
+    // start from the same round even if some wrote a newer checkpoint.
+    if (LoadFirstUsable(job, resume_from->round() + 1)) return true;
+    GASLOC_LOG(WARNING) << "job " << job.job_id
+                        << ": no usable checkpoint of the job's checkpoint "
+                           "set (round "
+                        << resume_from->round()
+                        << "); loading this worker's newest usable one";
+  }
+  return LoadFirstUsable(job, std::nullopt);
 }
 
 absl::StatusOr<WorkerDaemon::Job*> WorkerDaemon::PrepareJob(
@@ -284,7 +304,9 @@ absl::StatusOr<WorkerDaemon::Job*> WorkerDaemon::PrepareJob(
                           << "; falling back to this worker's checkpoint";
     }
   }
-  if (!have_model) have_model = ResumeFromCheckpoint(*job);
+  if (!have_model)
+    have_model = ResumeFromCheckpoint(
+        *job, assignment.has_resume_from() ? &assignment.resume_from() : nullptr);
   if (!have_model && assignment.round() > 0)
     return absl::FailedPreconditionError(absl::StrCat(
         "job ", job->job_id, " is at round ", assignment.round(),
@@ -303,7 +325,7 @@ absl::StatusOr<WorkerDaemon::Job*> WorkerDaemon::PrepareJob(
   return job_.get();
 }
 
-void WorkerDaemon::WriteCheckpoint(Job& job, const std::string& path) {
+bool WorkerDaemon::WriteCheckpoint(Job& job, const std::string& path) {
   namespace fs = std::filesystem;
   const absl::Time start = clock_.Now();
   std::error_code ignored;  // SaveCheckpoint reports a missing directory
@@ -323,20 +345,26 @@ void WorkerDaemon::WriteCheckpoint(Job& job, const std::string& path) {
   if (!saved.ok()) {
     GASLOC_LOG(WARNING) << "job " << job.job_id << ": checkpoint failed: "
                         << saved;
-    return;
+    return false;
   }
+  job.checkpointed_next_round = job.runner->next_round();
   const absl::Duration took = clock_.Now() - start;
   GASLOC_LOG(INFO) << "job " << job.job_id << ": checkpoint " << path
                    << " written in " << took;
   if (options_.metrics != nullptr)
     options_.metrics->RecordCheckpoint(absl::ToDoubleSeconds(took));
+  return true;
 }
 
 void WorkerDaemon::DropJob(const std::string& why) {
   if (job_ == nullptr) return;
   GASLOC_LOG(INFO) << "job " << job_->job_id << " dropped: " << why;
+  // Keeps the rounds run since the last checkpoint (none: nothing to
+  // write, and rewriting it would push an older one out of those kept).
   const std::string path = CheckpointPath(*job_);
-  if (!path.empty() && job_->last_round >= 0) WriteCheckpoint(*job_, path);
+  if (!path.empty() && job_->last_round >= 0 &&
+      job_->runner->next_round() != job_->checkpointed_next_round)
+    WriteCheckpoint(*job_, path);
   {
     absl::MutexLock lock(&mu_);
     runner_for_cancel_ = nullptr;
@@ -395,12 +423,16 @@ absl::Status WorkerDaemon::RunAssignment(const v1::Assignment& assignment,
     options_.metrics->RecordRound(
         *report, absl::ToDoubleSeconds(clock_.Now() - round_start),
         job->runner->failure_codes());
+  // The report says whether this round's checkpoint was written (the
+  // coordinator's checkpoint sets are made of these).
+  uint64_t checkpoint_next_round = 0;
   if (RoundDutiesAfter(job->spec, assignment.round()).checkpoint) {
     SetProgress({.round = assignment.round(),
                  .inner_step = assignment.local_steps(),
                  .train_loss = report->train_loss(),
                  .activity = v1::WORKER_ACTIVITY_CHECKPOINTING});
-    WriteCheckpoint(*job, CheckpointPath(*job));
+    if (WriteCheckpoint(*job, CheckpointPath(*job)))
+      checkpoint_next_round = job->runner->next_round();
   }
   {
     absl::MutexLock lock(&mu_);
@@ -424,6 +456,7 @@ absl::Status WorkerDaemon::RunAssignment(const v1::Assignment& assignment,
   *outcome = v1::ROUND_OUTCOME_COMPLETED;
   v1::ReportRoundRequest completed = *report;
   completed.set_outcome(v1::ROUND_OUTCOME_COMPLETED);
+  completed.set_checkpoint_next_round(checkpoint_next_round);
   if (IsUnknownJob(SendReport(completed)))
     DropJob("the coordinator does not know the job (its state was lost)");
   return absl::OkStatus();

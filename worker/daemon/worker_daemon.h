@@ -33,6 +33,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -165,10 +166,16 @@ class WorkerDaemon {
   std::vector<std::string> CheckpointCandidates(const Job& job) const;
   // Loads the newest checkpoint of the job that loads (a damaged one is
   // skipped; a failed load leaves the runner untouched); false if none.
-  bool ResumeFromCheckpoint(Job& job);
+  // With `resume_from` (the job's checkpoint set, Assignment.resume_from)
+  // the one of the set's round is loaded, not a newer one only some
+  // members wrote; without one of that round, the newest usable (logged).
+  bool ResumeFromCheckpoint(Job& job, const v1::CheckpointSet* resume_from);
+  // Loads the first of the job's checkpoints that loads (with `next_round`:
+  // that holds the model for that round); false if none.
+  bool LoadFirstUsable(Job& job, std::optional<uint64_t> next_round);
   // Saves the job's checkpoint to `path` (logs a failure; records the
-  // duration in the metrics).
-  void WriteCheckpoint(Job& job, const std::string& path);
+  // duration in the metrics); true when written.
+  bool WriteCheckpoint(Job& job, const std::string& path);
   void SetProgress(const RoundProgress& progress);
   // Waits `d` on the clock; true (at once) if Shutdown() was called.
   bool WaitForShutdown(absl::Duration d);
