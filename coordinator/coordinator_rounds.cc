@@ -226,8 +226,9 @@ v1::Assignment Coordinator::BuildAssignment(const JobRec& job,
 
   // A worker new to the job fetches the model from a member that was in the
   // previous round and is still in the job (the lowest id); with no such
-  // member (a whole-cluster restart, a resumed job) it loads its checkpoint
-  // of the job's latest complete set.
+  // member (a whole-cluster restart, a resumed job) or when the fetch fails
+  // (the source died too), it loads its checkpoint of the job's latest
+  // complete set.
   auto m = job.members.find(worker_id);
   if (m == job.members.end() ||
       m->second.first_round != static_cast<int64_t>(round.round) ||
@@ -245,7 +246,7 @@ v1::Assignment Coordinator::BuildAssignment(const JobRec& job,
       break;
     }
   }
-  if (!a.has_model_source() && job.stored.status.has_checkpoint_set())
+  if (job.stored.status.has_checkpoint_set())
     *a.mutable_resume_from() = job.stored.status.checkpoint_set();
   return a;
 }

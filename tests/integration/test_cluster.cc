@@ -62,12 +62,33 @@ void Cluster::StartWorkers(int n, const std::vector<int>& metrics_ports) {
         absl::StrCat("--data_dir=", dir_, "/worker", workers_.size())};
     if (i < static_cast<int>(metrics_ports.size()) && metrics_ports[i] != 0)
       argv.push_back(absl::StrCat("--metrics_port=", metrics_ports[i]));
+    argv.insert(argv.end(), worker_flags_.begin(), worker_flags_.end());
     auto child = Subprocess::Start(argv, log);
     ASSERT_TRUE(child.ok()) << child.status();
     ASSERT_TRUE(child->WaitForPort(absl::Seconds(20)).ok());
     workers_.push_back(std::make_unique<Subprocess>(std::move(*child)));
     logs_.push_back(log);
+    worker_argv_.push_back(argv);
   }
+}
+
+void Cluster::RestartWorker(int i) {
+  auto child = Subprocess::Start(worker_argv_[i], logs_[i]);
+  ASSERT_TRUE(child.ok()) << child.status();
+  ASSERT_TRUE(child->WaitForPort(absl::Seconds(20)).ok());
+  *workers_[i] = std::move(*child);
+}
+
+absl::StatusOr<v1::JobStatus> Cluster::GetJob(uint64_t job_id) {
+  grpc::ClientContext context;
+  v1::GetJobRequest request;
+  request.set_job_id(job_id);
+  v1::GetJobResponse response;
+  grpc::Status status = stub_->GetJob(&context, request, &response);
+  if (!status.ok())
+    return absl::UnavailableError(absl::StrCat(
+        "GetJob ", job_id, ": ", status.error_message()));
+  return response.job();
 }
 
 v1::JobSpec Cluster::TinySpec(v1::Algorithm algorithm, int rounds, int workers) {
@@ -111,12 +132,8 @@ v1::JobStatus Cluster::WaitForJobEnd(uint64_t job_id, absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
   v1::JobStatus job;
   while (absl::Now() < deadline) {
-    grpc::ClientContext context;
-    v1::GetJobRequest request;
-    request.set_job_id(job_id);
-    v1::GetJobResponse response;
-    if (stub_->GetJob(&context, request, &response).ok()) {
-      job = response.job();
+    if (auto now = GetJob(job_id); now.ok()) {
+      job = *now;
       if (job.state() == v1::JOB_STATE_FINISHED ||
           job.state() == v1::JOB_STATE_FAILED ||
           job.state() == v1::JOB_STATE_STOPPED)

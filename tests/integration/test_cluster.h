@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "gasloc/v1/coordinator.grpc.pb.h"
 #include "tests/support/subprocess.h"
@@ -32,10 +33,21 @@ class Cluster {
   // metrics_ports[i] when that exists and is not 0.
   void StartWorkers(int n, const std::vector<int>& metrics_ports = {});
 
+  // Flags every worker started from now on gets too (e.g.
+  // "--checkpoints_kept=8").
+  void set_worker_flags(std::vector<std::string> flags) {
+    worker_flags_ = std::move(flags);
+  }
+  // Starts worker i again (after the test killed it) with the same flags
+  // and state directory; its log is appended to the same file.
+  void RestartWorker(int i);
+
   // A 1-layer, 32-wide model on Corpus(): a round takes well under a second.
   v1::JobSpec TinySpec(v1::Algorithm algorithm, int rounds, int workers);
   uint64_t StartJob(const v1::JobSpec& spec);
   v1::JobStatus WaitForJobEnd(uint64_t job_id, absl::Duration timeout);
+  // The job's status now (GetJob), or the call's error.
+  absl::StatusOr<v1::JobStatus> GetJob(uint64_t job_id);
 
   // The final parameters each worker checkpointed.
   void CheckpointedParams(std::vector<std::vector<float>>* out);
@@ -55,6 +67,8 @@ class Cluster {
   std::unique_ptr<Subprocess> coordinator_;
   std::vector<std::unique_ptr<Subprocess>> workers_;
   std::vector<std::string> logs_;
+  std::vector<std::vector<std::string>> worker_argv_;
+  std::vector<std::string> worker_flags_;
   std::unique_ptr<v1::Coordinator::Stub> stub_;
 };
 
