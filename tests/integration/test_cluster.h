@@ -55,6 +55,8 @@ class Cluster {
   std::string WorkerLog(int i) const { return ReadFile(logs_[i]); }
   Subprocess& worker(int i) { return *workers_[i]; }
   const std::string& dir() const { return dir_; }
+  // The coordinator's "127.0.0.1:port".
+  const std::string& address() const { return address_; }
   v1::Coordinator::Stub& stub() { return *stub_; }
 
   // SIGTERM to every worker (each must exit 0 unless the test killed it),

@@ -1,16 +1,22 @@
-// Whole-cluster restarts with real processes (issue 18): every worker of a
-// running job is killed with SIGKILL and started again with the same state
-// directory (a new worker id, the same stable name). No member is left to
+// Whole-cluster restarts and resumed jobs with real processes (issue 18):
+// every worker of a running job is killed with SIGKILL and started again
+// with the same state directory (a new worker id, the same stable name).
+// No member is left to
 // fetch the model from, so each loads its checkpoint of the job's latest
 // complete checkpoint set, the one the coordinator recorded (gaslocctl job
 // status shows it), never a newer checkpoint only some members wrote, and
-// the job trains on from there.
+// the job trains on from there. A stopped job resumed with gaslocctl job
+// resume does the same.
 #include <signal.h>
+#include <sys/wait.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <regex>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -216,6 +222,69 @@ TEST(WholeClusterRestart, ANewerPartialCheckpointIsNotLoaded) {
   EXPECT_EQ(end.state(), v1::JOB_STATE_FINISHED) << end.message();
   EXPECT_GT(end.checkpoint_set().round(), set.round())
       << "no complete set after the restart";
+  cluster.StopAll();
+}
+
+// gaslocctl with `args` against the cluster: its exit code, and its
+// stdout and stderr together.
+std::pair<int, std::string> Ctl(Cluster& cluster, const std::string& args) {
+  const std::string out = absl::StrCat(cluster.dir(), "/gaslocctl.out");
+  const int status = std::system(
+      absl::StrCat(BinaryPath("gaslocctl"), " --coordinator=",
+                   cluster.address(), " ", args, " > ", out, " 2>&1")
+          .c_str());
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, ReadFile(out)};
+}
+
+// A stopped job resumed with gaslocctl: its workers (idle since the stop)
+// take it up again, each from its checkpoint of the job's set, and it
+// finishes; gaslocctl job status shows the set; a FINISHED job is refused
+// with the reason.
+TEST(JobResume, AStoppedJobRunsOnFromItsCheckpointSet) {
+  Cluster cluster("resume");
+  uint64_t job = 0;
+  ASSERT_NO_FATAL_FAILURE(job = StartAndWaitForSet(cluster, 8, 2));
+  ASSERT_NE(job, 0u);
+  auto [rc, out] = Ctl(cluster, absl::StrCat("job stop ", job));
+  ASSERT_EQ(rc, 0) << out;
+  auto stopped = WaitForJob(
+      cluster, job,
+      [](const v1::JobStatus& st) {
+        return st.state() == v1::JOB_STATE_STOPPED;
+      },
+      "the job to stop");
+  // Both workers dropped it.
+  const absl::Time give_up = absl::Now() + absl::Seconds(60);
+  for (int i = 0; i < 2; ++i)
+    while (cluster.WorkerLog(i).find(absl::StrCat("job ", job, " dropped")) ==
+           std::string::npos) {
+      ASSERT_LT(absl::Now(), give_up) << cluster.WorkerLog(i);
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+  std::tie(rc, out) = Ctl(cluster, absl::StrCat("job status ", job));
+  EXPECT_EQ(rc, 0) << out;
+  const v1::CheckpointSet set = stopped.checkpoint_set();
+  EXPECT_NE(out.find(absl::StrCat("round ", set.round(), " (workers")),
+            std::string::npos)
+      << out;
+
+  std::vector<size_t> offsets = {cluster.WorkerLog(0).size(),
+                                 cluster.WorkerLog(1).size()};
+  std::tie(rc, out) = Ctl(cluster, absl::StrCat("job resume ", job));
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("RUNNING"), std::string::npos) << out;
+  for (int i = 0; i < 2; ++i) {
+    while (ResumedFrom(cluster, i, offsets[i]).path.empty()) {
+      ASSERT_LT(absl::Now(), give_up) << cluster.WorkerLog(i);
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    EXPECT_EQ(ResumedFrom(cluster, i, offsets[i]).round, set.round() + 1);
+  }
+  const v1::JobStatus end = cluster.WaitForJobEnd(job, absl::Seconds(120));
+  EXPECT_EQ(end.state(), v1::JOB_STATE_FINISHED) << end.message();
+  std::tie(rc, out) = Ctl(cluster, absl::StrCat("job resume ", job));
+  EXPECT_EQ(rc, 1);
+  EXPECT_NE(out.find("is FINISHED"), std::string::npos) << out;
   cluster.StopAll();
 }
 
