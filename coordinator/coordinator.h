@@ -11,7 +11,8 @@
 // applies the result, persists it and wakes waiters. Its code is split by
 // concern: coordinator.cc (lifecycle, transactions, jobs, watching),
 // coordinator_workers.cc (membership calls, leases, binding workers to
-// jobs), coordinator_rounds.cc (planning, assignments, reports); the worker
+// jobs), coordinator_rounds.cc (planning, assignments, reports),
+// coordinator_checkpoints.cc (checkpoint sets, ResumeJob); the worker
 // registry itself is membership.h.
 //
 // Memory and disk agree: every mutating call runs in one Transaction
