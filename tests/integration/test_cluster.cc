@@ -38,8 +38,10 @@ Cluster::Cluster(const std::string& name)
 }
 
 void Cluster::StartCoordinator(int metrics_port) {
+  coordinator_metrics_port_ = metrics_port;
   auto child = Subprocess::Start(
-      {BinaryPath("gasloc-coordinator"), "--listen=127.0.0.1:0",
+      {BinaryPath("gasloc-coordinator"),
+       absl::StrCat("--listen=", address_.empty() ? "127.0.0.1:0" : address_),
        absl::StrCat("--db=", dir_, "/coordinator.sqlite"), "--lease_ms=3000",
        absl::StrCat("--metrics_port=", metrics_port)},
       absl::StrCat(dir_, "/coordinator.log"));
@@ -50,6 +52,15 @@ void Cluster::StartCoordinator(int metrics_port) {
   coordinator_ = std::make_unique<Subprocess>(std::move(*child));
   stub_ = v1::Coordinator::NewStub(
       grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()));
+}
+
+void Cluster::RestartCoordinator(bool delete_database) {
+  coordinator_->Signal(SIGKILL);
+  (void)coordinator_->Wait(absl::Seconds(10));
+  if (delete_database)
+    for (const char* suffix : {"", "-wal", "-shm"})
+      fs::remove(absl::StrCat(dir_, "/coordinator.sqlite", suffix));
+  StartCoordinator(coordinator_metrics_port_);  // on address_
 }
 
 void Cluster::StartWorkers(int n, const std::vector<int>& metrics_ports) {

@@ -29,6 +29,9 @@ class Cluster {
 
   // `metrics_port` != 0 gives the coordinator a /metrics endpoint.
   void StartCoordinator(int metrics_port = 0);
+  // SIGKILLs the coordinator and starts it again on the same address;
+  // `delete_database`: with a new, empty database (its file was lost).
+  void RestartCoordinator(bool delete_database);
   // Starts `n` workers; worker i gets a /metrics endpoint on
   // metrics_ports[i] when that exists and is not 0.
   void StartWorkers(int n, const std::vector<int>& metrics_ports = {});
@@ -66,6 +69,7 @@ class Cluster {
  private:
   std::string dir_;
   std::string address_;
+  int coordinator_metrics_port_ = 0;
   std::unique_ptr<Subprocess> coordinator_;
   std::vector<std::unique_ptr<Subprocess>> workers_;
   std::vector<std::string> logs_;

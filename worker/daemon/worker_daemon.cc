@@ -67,6 +67,7 @@ absl::StatusOr<uint64_t> WorkerDaemon::Register() {
     if (response.ok()) {
       if (identity_listener_) identity_listener_(response->worker_id());
       worker_id_ = response->worker_id();
+      ++registrations_;
       GASLOC_LOG(INFO) << "registered as worker " << worker_id_.load()
                        << " (lease " << response->lease_ms() << " ms), peers "
                        << "dial " << options_.info.address();
@@ -490,6 +491,19 @@ absl::Status WorkerDaemon::SendReport(v1::ReportRoundRequest report) {
 }
 
 void WorkerDaemon::PollOnce() {
+  const uint64_t registration = registrations_.load();
+  if (registration != poll_registration_) {
+    if (poll_registration_ != 0 && poll_job_id_ != 0) {
+      absl::MutexLock job_lock(&job_mu_);
+      DropJob(absl::StrCat(
+          "the coordinator registered this worker anew (worker ",
+          worker_id_.load(), "): it is no longer a member of job ",
+          poll_job_id_, " (its lease expired or its database was lost)"));
+      poll_job_id_ = 0;
+      poll_after_round_ = -1;
+    }
+    poll_registration_ = registration;
+  }
   v1::GetAssignmentRequest request;
   request.set_worker_id(worker_id_.load());
   request.set_job_id(poll_job_id_);
@@ -498,6 +512,9 @@ void WorkerDaemon::PollOnce() {
       absl::ToInt64Milliseconds(options_.assignment_wait)));
   auto assignment = coordinator_->GetAssignment(request);
   if (stopping_) return;
+  // Registered anew while asking: the answer may be for a job of the old
+  // registration's id; the next poll drops that job and asks afresh.
+  if (registrations_.load() != registration) return;
   if (!assignment.ok()) {
     GASLOC_LOG(WARNING) << "GetAssignment: " << assignment.status();
     if (poll_job_id_ != 0 && IsUnknownJob(assignment.status())) {

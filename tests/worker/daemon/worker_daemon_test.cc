@@ -399,16 +399,18 @@ TEST_F(WorkerDaemonTest, RunsRoundsReportsThemAndCheckpointsWhenDue) {
   EXPECT_EQ(daemon_->job_id(), 0u);  // idle again
 }
 
-// The coordinator restarts and forgets every worker: polls and heartbeats
-// answer NOT_FOUND. The daemon backs off, registers again (a new id, which
-// the transport learns), and reports its next round under the new id.
+// The coordinator restarts and forgets every worker (its database was
+// lost): polls and heartbeats answer NOT_FOUND. The daemon backs off,
+// registers again (a new id, which the transport learns), drops the job it
+// held and runs the next one under the new id.
 TEST_F(WorkerDaemonTest, CoordinatorThatForgotTheWorkerGetsItBack) {
   ASSERT_TRUE(daemon_->Register().ok());
   const v1::JobSpec spec = Spec(corpus_.string());
   coordinator_.Hand(Round(7, 0, spec));
   daemon_->PollOnce();
   coordinator_.Restart();
-  coordinator_.Hand(Round(7, 1, spec));
+  // The new database's first job: the same id as the old one.
+  coordinator_.Hand(Round(7, 0, spec));
 
   const absl::Time start = clock_.Now();
   daemon_->PollOnce();  // NOT_FOUND: nothing runs, the daemon backs off
@@ -422,12 +424,18 @@ TEST_F(WorkerDaemonTest, CoordinatorThatForgotTheWorkerGetsItBack) {
   EXPECT_EQ(daemon_->HeartbeatOnce(), absl::Seconds(2));  // known again
   EXPECT_EQ(coordinator_.heartbeats().back().worker_id(), 2u);
 
-  daemon_->PollOnce();  // round 1, same job and model
+  // Registered anew, the worker is no member of the job it held: it drops
+  // it and asks for any job; the new job 7 gets a new trainer (not the old
+  // job's model). Before, it asked for round 1 of "its" job 7 forever
+  // (INVALID_ARGUMENT from a real coordinator: ahead of the new job).
+  daemon_->PollOnce();
+  EXPECT_EQ(coordinator_.polls().back().job_id(), 0u);
+  EXPECT_EQ(coordinator_.polls().back().after_round(), -1);
   auto reports = coordinator_.reports();
   ASSERT_EQ(reports.size(), 2u);
-  EXPECT_EQ(reports[1].round(), 1u);
+  EXPECT_EQ(reports[1].round(), 0u);
   EXPECT_EQ(reports[1].worker_id(), 2u);
-  EXPECT_EQ(shards_.size(), 1u);
+  EXPECT_EQ(shards_.size(), 2u);
 }
 
 // A job whose corpus is missing cannot be set up: the daemon reports the
