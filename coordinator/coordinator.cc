@@ -137,8 +137,10 @@ absl::Status Coordinator::Close(Transaction& txn, absl::Time now) {
   // nothing (an idle long-poll's check) must not wake the others: each
   // wake starts a transaction of its own, and idle polls woke each other
   // in a loop.
-  if (wrote_ || event_seq_ != event_seq_at_open_ || !committed.ok())
+  if (wrote_ || event_seq_ != event_seq_at_open_ || !committed.ok()) {
+    ++changes_;
     changed_.SignalAll();
+  }
   return committed;
 }
 

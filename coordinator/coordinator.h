@@ -23,8 +23,9 @@
 //
 // Thread safety: every public method is thread-safe (one mutex guards all
 // state; SQLite writes happen under it, one transaction per call).
-// GetAssignment and WaitJobEvents block on a condition variable (real time)
-// while they wait; everything else returns at once.
+// GetAssignment and WaitJobEvents block on a condition variable while they
+// wait (GetAssignment on the injected Clock, so tests drive it with a
+// FakeClock; WaitJobEvents on real time); everything else returns at once.
 #ifndef GASLOC_COORDINATOR_COORDINATOR_H_
 #define GASLOC_COORDINATOR_COORDINATOR_H_
 
@@ -55,6 +56,10 @@
 #include "gasloc/v1/coordinator.pb.h"
 
 namespace gasloc::coordinator {
+
+// How often a waiting GetAssignment re-checks with no change (leases
+// expire without a call) and polls its `cancelled` callback.
+inline constexpr absl::Duration kLongPollRecheck = absl::Milliseconds(500);
 
 struct CoordinatorOptions {
   // Worker lease: a worker not heard from for this long is dead.
@@ -123,10 +128,11 @@ class Coordinator {
                                           const std::string& reason);
 
   // Long-poll: returns the worker's next assignment at once when there is
-  // one, else waits (condition variable) up to request.wait_ms and returns
-  // ASSIGNMENT_KIND_NONE.
-  // `cancelled`, if given, is polled at least every 500 ms while waiting;
-  // when it returns true the call returns NONE early.
+  // one, else waits (condition variable, on the clock) up to
+  // request.wait_ms of the clock and returns ASSIGNMENT_KIND_NONE. It
+  // re-checks when a call changed something and every kLongPollRecheck
+  // (leases). `cancelled`, if given, is polled at least that often while
+  // waiting; when it returns true the call returns NONE early.
   absl::StatusOr<v1::Assignment> GetAssignment(
       const v1::GetAssignmentRequest& request,
       const std::function<bool()>& cancelled = nullptr);
@@ -313,6 +319,9 @@ class Coordinator {
 
   mutable absl::Mutex mu_;
   absl::CondVar changed_;  // signalled when a call wrote or added an event
+  // Signals of changed_ so far: a waiter tells a change from a spurious
+  // wake-up (FakeClock's waits return every millisecond).
+  uint64_t changes_ ABSL_GUARDED_BY(mu_) = 0;
   std::unique_ptr<Store> store_ ABSL_GUARDED_BY(mu_);
   // The transaction of the call in progress (null between calls) and the
   // event sequence number when it opened (what a rollback returns to).

@@ -336,9 +336,9 @@ absl::StatusOr<v1::Assignment> Coordinator::GetAssignment(
   const absl::Duration wait = request.wait_ms() == 0
                                   ? options_.default_wait
                                   : absl::Milliseconds(request.wait_ms());
-  // Waiting is real time (a condition variable); decisions use the clock.
-  const absl::Time give_up = absl::Now() + wait;
+  // Every wait is on the clock (tests drive it with a FakeClock).
   absl::MutexLock lock(&mu_);
+  const absl::Time give_up = clock_->Now() + wait;
   while (true) {
     ASSIGN_OR_RETURN(std::optional<v1::Assignment> result,
                      Call([&](absl::Time now) {
@@ -346,10 +346,16 @@ absl::StatusOr<v1::Assignment> Coordinator::GetAssignment(
                        return TryAssign(request, now);
                      }));
     if (result.has_value()) return std::move(*result);
-    const absl::Duration left = give_up - absl::Now();
-    if (left <= absl::ZeroDuration() || (cancelled && cancelled())) break;
-    // Wake on any change, and at least every 500 ms to re-check leases.
-    changed_.WaitWithTimeout(&mu_, std::min(left, absl::Milliseconds(500)));
+    if (clock_->Now() >= give_up || (cancelled && cancelled())) break;
+    // Wait for a change (a call that wrote or added an event), and at the
+    // latest kLongPollRecheck to re-check leases (and `cancelled`). A
+    // wake-up that is neither (a spurious one) runs no transaction.
+    const uint64_t seen = changes_;
+    const absl::Time recheck =
+        std::min(give_up, clock_->Now() + kLongPollRecheck);
+    while (changes_ == seen && clock_->Now() < recheck &&
+           !(cancelled && cancelled()))
+      clock_->WaitWithDeadline(&changed_, &mu_, recheck);
   }
   v1::Assignment none;
   none.set_kind(v1::ASSIGNMENT_KIND_NONE);

@@ -39,6 +39,9 @@ v1::JobSpec Spec(uint32_t min_workers = 1, uint64_t max_rounds = 100) {
 
 class CoordinatorTest : public ::testing::Test {
  protected:
+  // A long-poll that finds nothing moves the clock to its end (1 ms with
+  // Ask's default); tests of waiting turn auto-advance off.
+  CoordinatorTest() { clock_.SetAutoAdvance(true); }
   void SetUp() override { Make(nullptr); }
 
   void Make(std::unique_ptr<Store> store) {
@@ -488,6 +491,7 @@ TEST_F(CoordinatorTest, SeveralJobsOneJobPerWorker) {
 }
 
 TEST_F(CoordinatorTest, LongPollWakesWhenAJobStarts) {
+  clock_.SetAutoAdvance(false);  // the waiter waits on the clock
   const uint64_t a = Register();
   v1::GetAssignmentRequest req;
   req.set_worker_id(a);
@@ -508,15 +512,45 @@ TEST_F(CoordinatorTest, LongPollWakesWhenAJobStarts) {
   EXPECT_TRUE(waiting.WaitForNotificationWithTimeout(absl::Seconds(10)))
       << "never waited";
   EXPECT_FALSE(done.HasBeenNotified()) << "returned instead of waiting";
-  const absl::Time t0 = absl::Now();
+  const absl::Time t0 = clock_.Now();
   const uint64_t job = Start(Spec());
-  waiter.join();  // at the latest when its 20 s run out
+  // Woken by the start, with the clock still where it was (its 20 s have
+  // not run out). If it is not, its wait is ended so the thread joins.
+  EXPECT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(10)))
+      << "not woken by the start";
+  clock_.Advance(absl::Seconds(20));
+  waiter.join();
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->kind(), v1::ASSIGNMENT_KIND_ROUND);
   EXPECT_EQ(got->job_id(), job);
   EXPECT_EQ(got->round(), 0u);
-  // Woken by the start, well before its 20 s wait ran out.
-  EXPECT_LT(absl::Now() - t0, absl::Seconds(5));
+  EXPECT_EQ(clock_.Now() - t0, absl::Seconds(20));  // the test's advance only
+}
+
+// GetAssignment's wait is on the clock: it returns NONE exactly when the
+// clock reaches wait_ms, not before, however long that takes in real time.
+TEST_F(CoordinatorTest, LongPollWaitsOnTheClock) {
+  clock_.SetAutoAdvance(false);
+  const uint64_t a = Register();
+  absl::Notification done;
+  absl::StatusOr<v1::Assignment> got;
+  std::thread waiter([&] {
+    got = Ask(a, 0, -1, /*wait_ms=*/5000);
+    done.Notify();
+  });
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  while (clock_.waiters() < 1 && absl::Now() < give_up)
+    absl::SleepFor(absl::Milliseconds(1));
+  EXPECT_GE(clock_.waiters(), 1) << "the long-poll does not wait on the clock";
+  clock_.Advance(absl::Milliseconds(4999));
+  EXPECT_FALSE(done.WaitForNotificationWithTimeout(absl::Milliseconds(50)))
+      << "returned before its 5 s of the clock";
+  clock_.Advance(absl::Milliseconds(1));
+  EXPECT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  if (!done.HasBeenNotified()) clock_.Advance(absl::Hours(1));
+  waiter.join();
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->kind(), v1::ASSIGNMENT_KIND_NONE);
 }
 
 TEST_F(CoordinatorTest, WatchSeesSnapshotThenEvents) {
@@ -738,6 +772,7 @@ TEST_F(CoordinatorTest, IdleLongPollsDoNotWakeEachOther) {
   });
   Make(std::move(*store));
   const std::vector<uint64_t> ids = RegisterN(2);
+  clock_.SetAutoAdvance(false);
   const int before = begins.load();
   std::vector<std::thread> polls;
   for (uint64_t id : ids)
@@ -746,6 +781,14 @@ TEST_F(CoordinatorTest, IdleLongPollsDoNotWakeEachOther) {
       EXPECT_TRUE(r.ok()) << r.status();
       EXPECT_EQ(r->kind(), v1::ASSIGNMENT_KIND_NONE);
     });
+  // 1 s of the clock in 10 ms steps, each seen by the waiters (a FakeClock
+  // wait wakes every millisecond of real time: those wake-ups must not
+  // run transactions either).
+  clock_.AwaitWaiters(2);
+  for (int i = 0; i < 100; ++i) {
+    clock_.Advance(absl::Milliseconds(10));
+    absl::SleepFor(absl::Milliseconds(2));
+  }
   for (auto& t : polls) t.join();
   // 2 polls x (1 + 1000 ms / 500 ms) transactions, with slack.
   EXPECT_LE(begins.load() - before, 12);
