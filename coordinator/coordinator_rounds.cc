@@ -274,23 +274,29 @@ v1::Assignment Coordinator::BuildAssignment(const JobRec& job,
   a.set_exchange_deadline_unix_ms(round.deadline_unix_ms);
 
   // A worker new to the job fetches the model from a member that was in the
-  // previous round and is still in the job (the lowest id).
+  // previous round and is still in the job (the lowest id); with no such
+  // member (a whole-cluster restart, a resumed job) or when the fetch fails
+  // (the source died too), it loads its checkpoint of the job's latest
+  // complete set.
   auto m = job.members.find(worker_id);
   if (m == job.members.end() ||
       m->second.first_round != static_cast<int64_t>(round.round) ||
       round.round == 0)
     return a;
   auto prev = job.rounds.find(round.round - 1);
-  if (prev == job.rounds.end()) return a;
-  for (uint64_t id : EpochOf(job, prev->second.epoch)->members) {
-    if (id == worker_id || !job.members.count(id)) continue;
-    if (!std::binary_search(members.begin(), members.end(), id)) continue;
-    v1::PeerAssignment* src = a.mutable_model_source();
-    src->set_worker_id(id);
-    src->set_address(membership_.at(id).stored.info.address());
-    src->set_weight(1.0f);
-    break;
+  if (prev != job.rounds.end()) {
+    for (uint64_t id : EpochOf(job, prev->second.epoch)->members) {
+      if (id == worker_id || !job.members.count(id)) continue;
+      if (!std::binary_search(members.begin(), members.end(), id)) continue;
+      v1::PeerAssignment* src = a.mutable_model_source();
+      src->set_worker_id(id);
+      src->set_address(membership_.at(id).stored.info.address());
+      src->set_weight(1.0f);
+      break;
+    }
   }
+  if (job.stored.status.has_checkpoint_set())
+    *a.mutable_resume_from() = job.stored.status.checkpoint_set();
   return a;
 }
 
@@ -379,9 +385,9 @@ absl::StatusOr<v1::Assignment> Coordinator::GetAssignment(
   const absl::Duration wait = request.wait_ms() == 0
                                   ? options_.default_wait
                                   : absl::Milliseconds(request.wait_ms());
-  // Waiting is real time (a condition variable); decisions use the clock.
-  const absl::Time give_up = absl::Now() + wait;
+  // Every wait is on the clock (tests drive it with a FakeClock).
   absl::MutexLock lock(&mu_);
+  const absl::Time give_up = clock_->Now() + wait;
   while (true) {
     ASSIGN_OR_RETURN(std::optional<v1::Assignment> result,
                      Call([&](absl::Time now) {
@@ -389,10 +395,16 @@ absl::StatusOr<v1::Assignment> Coordinator::GetAssignment(
                        return TryAssign(request, now);
                      }));
     if (result.has_value()) return std::move(*result);
-    const absl::Duration left = give_up - absl::Now();
-    if (left <= absl::ZeroDuration() || (cancelled && cancelled())) break;
-    // Wake on any change, and at least every 500 ms to re-check leases.
-    changed_.WaitWithTimeout(&mu_, std::min(left, absl::Milliseconds(500)));
+    if (clock_->Now() >= give_up || (cancelled && cancelled())) break;
+    // Wait for a change (a call that wrote or added an event), and at the
+    // latest kLongPollRecheck to re-check leases (and `cancelled`). A
+    // wake-up that is neither (a spurious one) runs no transaction.
+    const uint64_t seen = changes_;
+    const absl::Time recheck =
+        std::min(give_up, clock_->Now() + kLongPollRecheck);
+    while (changes_ == seen && clock_->Now() < recheck &&
+           !(cancelled && cancelled()))
+      clock_->WaitWithDeadline(&changed_, &mu_, recheck);
   }
   v1::Assignment none;
   none.set_kind(v1::ASSIGNMENT_KIND_NONE);
@@ -482,6 +494,7 @@ absl::Status Coordinator::ApplyReport(const v1::ReportRoundRequest& request,
                         << request.failure_reason() << ")";
   SaveMember(m);
   UpdateProgress(job, now);
+  RecordCheckpoint(job, request, now);
   if (!std::isfinite(request.train_loss())) {
     EndJob(job, v1::JOB_STATE_FAILED,
            absl::StrCat("worker ", request.worker_id(),

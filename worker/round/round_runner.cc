@@ -620,7 +620,8 @@ absl::Status RoundRunner::SaveCheckpoint(const std::string& path) {
   return trainer_->SaveCheckpoint(path, outer);
 }
 
-absl::Status RoundRunner::LoadCheckpoint(const std::string& path) {
+absl::Status RoundRunner::LoadCheckpoint(const std::string& path,
+                                         std::optional<uint64_t> wanted) {
   // All or nothing: the outer state is checked before the trainer swaps
   // its state in (a refused checkpoint changes nothing).
   uint64_t next_round = 0;
@@ -638,6 +639,10 @@ absl::Status RoundRunner::LoadCheckpoint(const std::string& path) {
       return absl::FailedPreconditionError(
           absl::StrCat("checkpoint ", path, " is of job ", job_id,
                        ", not job ", options_.job_id));
+    if (wanted.has_value() && next_round != *wanted)
+      return absl::FailedPreconditionError(absl::StrCat(
+          "checkpoint ", path, " holds the model for round ", next_round,
+          ", not round ", *wanted, " (the checkpoint set's)"));
     for (auto [name, arena] : {std::pair<const char*, FloatArena*>{kPrevIterate, &y_prev_},
                                {kMomentum, &momentum_}}) {
       auto it = outer.buffers.find(name);
