@@ -267,7 +267,8 @@ class Coordinator {
                    ReplicaReport report, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Decides `rec`'s replica check once every member of its epoch still in
-  // the job has reported; true when decided (or nothing to wait for).
+  // the job has reported (or the round's deadline passed); true when
+  // decided (or nothing to wait for).
   bool MaybeDecideReplicas(JobRec& job, RoundRec& rec, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Plans round job.next_round (or decides that the job stops there).

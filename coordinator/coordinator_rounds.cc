@@ -482,9 +482,20 @@ bool Coordinator::MaybeDecideReplicas(JobRec& job, RoundRec& rec,
   if (rec.replica_decision) return true;
   const EpochRec* epoch = EpochOf(job, rec.epoch);
   if (epoch == nullptr) return true;  // nothing to wait for
-  for (uint64_t id : epoch->members)
-    if (!rec.replicas.count(id) && job.members.count(id))
-      return false;  // a member still to report (one that left is not waited for)
+  // Waited for: members still in the job that have not reported the round,
+  // until the round's deadline (a report lost with a coordinator restart,
+  // or a member stuck, must not hold the job; a member that reported
+  // before a restart counts, its checksum unknown).
+  if (now < absl::FromUnixMillis(rec.deadline_unix_ms)) {
+    for (uint64_t id : epoch->members) {
+      if (rec.replicas.count(id)) continue;
+      auto m = job.members.find(id);
+      if (m == job.members.end()) continue;  // left: not waited for
+      if (m->second.last_reported_round >= static_cast<int64_t>(rec.round))
+        continue;
+      return false;
+    }
+  }
   rec.replica_decision = DecideReplicas(rec.round, rec.replicas);
   const uint64_t round = rec.round;
   const ReplicaDecision& d = *rec.replica_decision;

@@ -114,6 +114,14 @@ class CoordinatorTest : public ::testing::Test {
     return coord_->ReportRound(req);
   }
 
+  // A SQLite path in the test's temp folder with no database left there.
+  static std::string FreshStorePath(const std::string& name) {
+    const std::string path = absl::StrCat(::testing::TempDir(), "/", name);
+    for (const char* suffix : {"", "-wal", "-shm"})
+      std::remove((path + suffix).c_str());
+    return path;
+  }
+
   uint64_t Start(const v1::JobSpec& spec) {
     auto st = coord_->StartJob(spec);
     EXPECT_TRUE(st.ok()) << st.status();
@@ -379,6 +387,43 @@ TEST_F(CoordinatorTest, AllReduceReplicaApartFromTheMajorityIsResynced) {
   EXPECT_TRUE(event);
 }
 
+// The wait for every replica report never holds a job: reports lost with a
+// coordinator restart count as given, and a member that does not report
+// is waited for only until the round's deadline.
+TEST_F(CoordinatorTest, AllReduceRoundWaitsNoLongerThanItsDeadline) {
+  const std::string path = FreshStorePath("coordinator_replica_wait.sqlite");
+  auto store = Store::Open(path);
+  ASSERT_TRUE(store.ok());
+  Make(std::move(*store));
+  const std::vector<uint64_t> ids = RegisterN(2);
+  v1::JobSpec spec = Spec(2);
+  spec.mutable_outer()->set_algorithm(v1::ALGORITHM_DILOCO);
+  const uint64_t job = Start(spec);
+  for (uint64_t id : ids) ASSERT_EQ(Ask(id, job, -1)->round(), 0u);
+  for (uint64_t id : ids) ASSERT_TRUE(Report(id, job, 0).ok());
+  store = Store::Open(path);  // a restart: the checksums are gone
+  ASSERT_TRUE(store.ok());
+  Make(std::move(*store));
+  auto after_restart = Ask(ids[0], job, 0);
+  ASSERT_TRUE(after_restart.ok()) << after_restart.status();
+  EXPECT_EQ(after_restart->round(), 1u);
+  EXPECT_EQ(Ask(ids[1], job, 0)->round(), 1u);
+  // Round 1: ids[1] never reports; ids[0] waits, then gets round 2 once
+  // round 1's deadline passed.
+  ASSERT_TRUE(Report(ids[0], job, 1).ok());
+  EXPECT_EQ(Ask(ids[0], job, 1)->kind(), v1::ASSIGNMENT_KIND_NONE);
+  absl::StatusOr<v1::Assignment> late;
+  for (int i = 0; i < 200; ++i) {  // ids[1] stays alive (its heartbeats)
+    clock_.Advance(absl::Seconds(5));
+    ASSERT_TRUE(Beat(ids[1], job).ok());
+    late = Ask(ids[0], job, 1);
+    ASSERT_TRUE(late.ok()) << late.status();
+    if (late->kind() == v1::ASSIGNMENT_KIND_ROUND) break;
+  }
+  EXPECT_EQ(late->kind(), v1::ASSIGNMENT_KIND_ROUND);
+  EXPECT_EQ(late->round(), 2u);
+}
+
 TEST_F(CoordinatorTest, CompleteGraphGasLocAveragesFully) {
   const std::vector<uint64_t> ids = RegisterN(4);
   v1::JobSpec spec = Spec(4);
@@ -589,10 +634,7 @@ TEST_F(CoordinatorTest, WatchSeesSnapshotThenEvents) {
 }
 
 TEST_F(CoordinatorTest, RestartResumesRunningJobFromSqlite) {
-  const std::string path =
-      absl::StrCat(::testing::TempDir(), "/coordinator_restart.sqlite");
-  for (const char* suffix : {"", "-wal", "-shm"})
-    std::remove((path + suffix).c_str());
+  const std::string path = FreshStorePath("coordinator_restart.sqlite");
   auto store = Store::Open(path);
   ASSERT_TRUE(store.ok());
   Make(std::move(*store));
