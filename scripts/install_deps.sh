@@ -34,6 +34,8 @@ PACKAGES=(
   python3-grpcio python3-protobuf
   # systemd-analyze verify of deploy/systemd (slim images lack systemd)
   systemd
+  # PNG curves of bench/measure_outer.sh (bpb against tokens and time)
+  gnuplot-nox
 )
 
 missing=()
