@@ -61,7 +61,7 @@ while [ $# -gt 0 ]; do
     --eval-windows) eval_windows="$2"; shift 2 ;;
     --build) build="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
-    -h|--help) sed -n '2,42p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,/^set -e/{/^#/p}' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "measure_outer: unknown option $1" >&2; exit 2 ;;
     *) corpora+=("$1"); shift ;;
   esac

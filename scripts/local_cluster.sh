@@ -82,7 +82,7 @@ while [ $# -gt 0 ]; do
         *) echo "local_cluster: --placement wants local or mixed, got '${2:-}'" >&2; exit 2 ;;
       esac
       shift 2 ;;
-    -h|--help) sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,/^set -e/{/^#/p}' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "local_cluster: unknown option $1" >&2; exit 2 ;;
     *) corpus="$1"; shift ;;
   esac
