@@ -49,6 +49,7 @@
 #include "coordinator/coordinator_metrics.h"
 #include "coordinator/job_events.h"
 #include "coordinator/membership.h"
+#include "coordinator/replica_check.h"
 #include "coordinator/round_planner.h"
 #include "coordinator/schedule.h"
 #include "coordinator/store.h"
@@ -175,6 +176,11 @@ class Coordinator {
     int64_t deadline_unix_ms = 0;
     RoundSchedule schedule;
     std::vector<Budget> budgets;  // aligned with the epoch's members
+    // All-reduce algorithms: each member's replica report of the round,
+    // and the decision once every member reported (memory only: after a
+    // restart the next round's reports decide again).
+    std::map<uint64_t, ReplicaReport> replicas;
+    std::optional<ReplicaDecision> replica_decision;
   };
   struct JobRec {
     StoredJob stored;
@@ -284,6 +290,17 @@ class Coordinator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // ---------------------------------------- rounds (coordinator_rounds.cc)
+  // Records a member's replica report of `round`; once every member of the
+  // round's epoch reported, decides (replica_check.h) and counts, logs and
+  // records as an event the replicas apart from the majority.
+  void NoteReplica(JobRec& job, uint64_t round, uint64_t worker_id,
+                   ReplicaReport report, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Decides `rec`'s replica check once every member of its epoch still in
+  // the job has reported (or the round's deadline passed); true when
+  // decided (or nothing to wait for).
+  bool MaybeDecideReplicas(JobRec& job, RoundRec& rec, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Plans round job.next_round (or decides that the job stops there).
   void PlanNextRound(JobRec& job, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -65,6 +65,11 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& registry)
           "gasloc_coordinator_worker_failures_total",
           "Failed job set-ups and rounds reported by workers, by kind",
           registry)),
+      divergences_(CounterFamily(
+          "gasloc_coordinator_replica_divergence_total",
+          "Replicas of all-reduce rounds (DiLoCo, local SGD, data-parallel) "
+          "found apart from the majority and re-synchronised, by reason",
+          registry)),
       rounds_planned_(CounterFamily("gasloc_coordinator_rounds_planned_total",
                                     "Outer rounds planned", registry)),
       budget_changes_(CounterFamily(
@@ -88,6 +93,8 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& registry)
   for (const char* reason : {"registered", "restored"}) joins_.Add({{"reason", reason}});
   for (const char* reason : {"left", "lease_expired"}) leaves_.Add({{"reason", reason}});
   for (const char* kind : {"setup", "round"}) failures_.Add({{"kind", kind}});
+  for (const char* reason : {"checksum", "behind"})
+    divergences_.Add({{"reason", reason}});
   for (const char* method : kRpcMethods)
     rpc_counters_[method] = &rpcs_.Add({{"method", method}});
 }
@@ -102,6 +109,11 @@ void CoordinatorMetrics::RecordWorkerLeave(const char* reason) {
 
 void CoordinatorMetrics::RecordWorkerFailure(const char* kind) {
   failures_.Add({{"kind", kind}}).Increment();
+}
+
+void CoordinatorMetrics::RecordReplicaDivergence(const char* reason,
+                                                 uint64_t replicas) {
+  divergences_.Add({{"reason", reason}}).Increment(static_cast<double>(replicas));
 }
 
 void CoordinatorMetrics::BeginJob(uint64_t job_id) {

@@ -63,6 +63,10 @@ class CoordinatorMetrics {
   // kind: "setup" (a worker could not set up its job) or "round" (a round
   // failed after the set-up), as reported in ReportRound.outcome.
   void RecordWorkerFailure(const char* kind);
+  // Replicas of an all-reduce round found apart from the majority, by
+  // reason: "checksum" (another replica checksum) or "behind" (its round
+  // did not complete and it could not re-synchronise).
+  void RecordReplicaDivergence(const char* reason, uint64_t replicas);
   // A job became RUNNING: its series start (at 0); EndJob removes them.
   void BeginJob(uint64_t job_id);
   void EndJob(uint64_t job_id);
@@ -75,6 +79,7 @@ class CoordinatorMetrics {
   prometheus::Family<prometheus::Counter>& joins_;
   prometheus::Family<prometheus::Counter>& leaves_;
   prometheus::Family<prometheus::Counter>& failures_;
+  prometheus::Family<prometheus::Counter>& divergences_;
   prometheus::Family<prometheus::Counter>& rounds_planned_;
   prometheus::Family<prometheus::Counter>& budget_changes_;
   prometheus::Family<prometheus::Counter>& rpcs_;

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/job_spec.h"
 #include "common/link_bandwidth.h"
 #include "common/log.h"
 #include "common/status_macros.h"
@@ -273,6 +274,25 @@ v1::Assignment Coordinator::BuildAssignment(const JobRec& job,
   a.set_budget_reason(round.budgets[rank].Reason());
   a.set_exchange_deadline_unix_ms(round.deadline_unix_ms);
 
+  // A replica found apart from the majority after the previous round
+  // fetches the model from a majority member of this round (the lowest id).
+  if (round.round > 0) {
+    auto prev = job.rounds.find(round.round - 1);
+    if (prev != job.rounds.end() && prev->second.replica_decision &&
+        prev->second.replica_decision->Apart(worker_id)) {
+      for (uint64_t id : prev->second.replica_decision->majority) {
+        if (id == worker_id || !job.members.count(id) ||
+            !std::binary_search(members.begin(), members.end(), id))
+          continue;
+        v1::PeerAssignment* src = a.mutable_resync_source();
+        src->set_worker_id(id);
+        src->set_address(membership_.at(id).stored.info.address());
+        src->set_weight(1.0f);
+        break;
+      }
+    }
+  }
+
   // A worker new to the job fetches the model from a member that was in the
   // previous round and is still in the job (the lowest id); with no such
   // member (a whole-cluster restart, a resumed job) or when the fetch fails
@@ -343,6 +363,15 @@ absl::StatusOr<std::optional<v1::Assignment>> Coordinator::TryAssign(
         "after_round ", after, " is ahead of job ", bound,
         " (rounds planned: ", job.next_round, ")"));
 
+  // All-reduce replicas: the next round waits until every member reported
+  // the previous one, so the replica check has decided who re-syncs
+  // before anyone gets the round (its ring needs every member anyway; a
+  // member that dies stops being waited for when its lease expires).
+  if (next > 0 && !IsGossipAlgorithm(job.stored.status.spec().outer().algorithm())) {
+    auto prev = job.rounds.find(next - 1);
+    if (prev != job.rounds.end() && !MaybeDecideReplicas(job, prev->second, now))
+      return std::nullopt;
+  }
   // The first planned round >= next that includes the worker.
   for (auto it = job.rounds.lower_bound(next); it != job.rounds.end(); ++it) {
     const EpochRec* e = EpochOf(job, it->second.epoch);
@@ -440,6 +469,14 @@ absl::Status Coordinator::ApplyReport(const v1::ReportRoundRequest& request,
         " was not planned (rounds planned: ", job.next_round, ")"));
   if (request.outcome() == v1::ROUND_OUTCOME_SETUP_FAILED ||
       request.outcome() == v1::ROUND_OUTCOME_FAILED) {
+    // A failed round left the model at the round's start (behind); a
+    // failed set-up holds no model of the round.
+    if (!IsGossipAlgorithm(st.spec().outer().algorithm()))
+      NoteReplica(job, request.round(), request.worker_id(),
+                  {.behind = request.outcome() == v1::ROUND_OUTCOME_FAILED,
+                   .failed = request.outcome() ==
+                             v1::ROUND_OUTCOME_SETUP_FAILED},
+                  now);
     ApplyFailure(job, request, now);
     TickLocked(now);
     return absl::OkStatus();
@@ -483,6 +520,11 @@ absl::Status Coordinator::ApplyReport(const v1::ReportRoundRequest& request,
   m.wait_fraction =
       round_seconds > 0 ? request.wait_seconds() / round_seconds : 0;
   if (request.val_bpb() > 0) m.val_bpb = request.val_bpb();
+  if (!IsGossipAlgorithm(st.spec().outer().algorithm()))
+    NoteReplica(job, request.round(), request.worker_id(),
+                {.checksum = request.replica_checksum(),
+                 .behind = request.replica_behind()},
+                now);
   m.train_loss = request.train_loss();
   Contribute(job, m, +1);
   st.set_tokens(st.tokens() + request.tokens());
@@ -507,6 +549,55 @@ absl::Status Coordinator::ApplyReport(const v1::ReportRoundRequest& request,
   SaveJob(job);
   TickLocked(now);
   return absl::OkStatus();
+}
+
+void Coordinator::NoteReplica(JobRec& job, uint64_t round,
+                              uint64_t worker_id, ReplicaReport report,
+                              absl::Time now) {
+  auto it = job.rounds.find(round);
+  if (it == job.rounds.end()) return;  // no longer kept
+  RoundRec& rec = it->second;
+  if (rec.replica_decision) return;  // decided (a late or retried report)
+  rec.replicas[worker_id] = report;
+  MaybeDecideReplicas(job, rec, now);
+}
+
+bool Coordinator::MaybeDecideReplicas(JobRec& job, RoundRec& rec,
+                                      absl::Time now) {
+  if (rec.replica_decision) return true;
+  const EpochRec* epoch = EpochOf(job, rec.epoch);
+  if (epoch == nullptr) return true;  // nothing to wait for
+  // Waited for: members still in the job that have not reported the round,
+  // until the round's deadline (a report lost with a coordinator restart,
+  // or a member stuck, must not hold the job; a member that reported
+  // before a restart counts, its checksum unknown).
+  if (now < absl::FromUnixMillis(rec.deadline_unix_ms)) {
+    for (uint64_t id : epoch->members) {
+      if (rec.replicas.count(id)) continue;
+      auto m = job.members.find(id);
+      if (m == job.members.end()) continue;  // left: not waited for
+      if (m->second.last_reported_round >= static_cast<int64_t>(rec.round))
+        continue;
+      return false;
+    }
+  }
+  rec.replica_decision = DecideReplicas(rec.round, rec.replicas);
+  const uint64_t round = rec.round;
+  const ReplicaDecision& d = *rec.replica_decision;
+  if (!d.Diverged()) return true;
+  const uint64_t job_id = job.stored.status.job_id();
+  const uint64_t by_checksum = d.apart_checksum.size();
+  const uint64_t behind = d.apart_behind.size();
+  Metric([by_checksum, behind](CoordinatorMetrics& m) {
+    if (by_checksum > 0) m.RecordReplicaDivergence("checksum", by_checksum);
+    if (behind > 0) m.RecordReplicaDivergence("behind", behind);
+  });
+  const std::string what = absl::StrCat(
+      "replicas diverged in ", d.Reason(),
+      "; they re-synchronise from a majority member before round ", round + 1);
+  GASLOC_LOG(WARNING) << "job " << job_id << " " << what;
+  AddEvent(job, v1::JOB_EVENT_KIND_FAILURE, what, now);
+  return true;
 }
 
 void Coordinator::ApplyFailure(JobRec& job,

@@ -39,6 +39,8 @@ PACKAGES=(
   iproute2 iptables gnuplot-nox
   # systemd-analyze verify of deploy/systemd (slim images lack systemd)
   systemd
+  # PNG curves of bench/measure_outer.sh (bpb against tokens and time)
+  gnuplot-nox
 )
 
 missing=()

@@ -16,11 +16,16 @@
 #     --warmup N         AdamW warmup steps (default 20)
 #     --eval-windows N   validation windows (default 32)
 #     --eval-every R     evaluate every R rounds, and on the last (default 3)
+#     --checkpoint-every R  each worker checkpoints every R rounds (default 3)
+#     --checkpoints-kept N  checkpoints each worker keeps (default 2; the
+#                        measurement script keeps one per evaluation)
 #     --seed N           job seed (default 1)
 #     --uniform-budget   every worker does exactly H steps a round (default:
 #                        the algorithm's budget policy)
 #     --eta X --gamma X  GASLoC outer step and momentum (default: the job
 #                        spec's defaults, 0.7 and 0.9)
+#     --placement P      GASLoC momentum placement: local or mixed (default:
+#                        the job spec's)
 #     --no-sample        do not print a generated sample at the end
 #     --build DIR        build folder (default build/release)
 #     --run-dir DIR      where logs, state and checkpoints go
@@ -42,6 +47,8 @@ lr=0.002
 warmup=20
 eval_windows=32
 eval_every=3
+checkpoint_every=3
+checkpoints_kept=2
 seed=1
 sample=1
 budget_json=""
@@ -60,6 +67,8 @@ while [ $# -gt 0 ]; do
     --warmup) warmup="$2"; shift 2 ;;
     --eval-windows) eval_windows="$2"; shift 2 ;;
     --eval-every) eval_every="$2"; shift 2 ;;
+    --checkpoint-every) checkpoint_every="$2"; shift 2 ;;
+    --checkpoints-kept) checkpoints_kept="$2"; shift 2 ;;
     --seed) seed="$2"; shift 2 ;;
     --no-sample) sample=0; shift ;;
     --uniform-budget) budget_json=', "budgetPolicy": "BUDGET_POLICY_UNIFORM"'; shift ;;
@@ -67,7 +76,13 @@ while [ $# -gt 0 ]; do
       [[ "${2:-}" =~ ^[0-9]*\.?[0-9]+$ ]] ||
         { echo "local_cluster: $1 wants a number, got '${2:-}'" >&2; exit 2; }
       outer_json+=", \"${1#--}\": $2"; shift 2 ;;
-    -h|--help) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --placement)
+      case "${2:-}" in
+        local|mixed) outer_json+=", \"momentumPlacement\": \"MOMENTUM_PLACEMENT_${2^^}\"" ;;
+        *) echo "local_cluster: --placement wants local or mixed, got '${2:-}'" >&2; exit 2 ;;
+      esac
+      shift 2 ;;
+    -h|--help) sed -n '2,/^set -e/{/^#/p}' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "local_cluster: unknown option $1" >&2; exit 2 ;;
     *) corpus="$1"; shift ;;
   esac
@@ -139,6 +154,7 @@ for i in $(seq 1 "$workers"); do
   mkdir -p "$run_dir/worker$i"
   OMP_WAIT_POLICY=PASSIVE "$bin/gasloc-worker" --coordinator="$coordinator" \
     --listen=127.0.0.1:0 --threads="$threads" --data_dir="$run_dir/worker$i" \
+    --checkpoints_kept="$checkpoints_kept" \
     > "$run_dir/worker$i.out" 2> "$run_dir/worker$i.log" &
   pids+=($!)
 done
@@ -155,7 +171,7 @@ cat > "$run_dir/job.json" <<JSON
            "evalIntervalRounds": $eval_every},
   "outer": {"algorithm": "$algo_enum", "localSteps": $local_steps$budget_json$outer_json},
   "exchange": {"deadlineMs": 20000},
-  "checkpoint": {"directory": "$run_dir/checkpoints", "intervalRounds": 3},
+  "checkpoint": {"directory": "$run_dir/checkpoints", "intervalRounds": $checkpoint_every},
   "stop": {"maxRounds": "$rounds"},
   "minWorkers": $workers
 }

@@ -10,6 +10,7 @@
 #include <set>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "common/job_spec.h"
@@ -87,6 +88,19 @@ class CoordinatorTest : public ::testing::Test {
     return coord_->GetAssignment(req);
   }
 
+  // A completed round's report with 100 steps in 10 s and loss 2.
+  static v1::ReportRoundRequest RoundReport(uint64_t id, uint64_t job,
+                                            uint64_t round) {
+    v1::ReportRoundRequest req;
+    req.set_worker_id(id);
+    req.set_job_id(job);
+    req.set_round(round);
+    req.set_inner_steps(100);
+    req.set_compute_seconds(10);
+    req.set_train_loss(2.0f);
+    return req;
+  }
+
   absl::Status Report(uint64_t id, uint64_t job, uint64_t round,
                       uint32_t steps = 100, double compute_s = 10,
                       uint64_t bytes = 0, double exchange_s = 0) {
@@ -103,6 +117,14 @@ class CoordinatorTest : public ::testing::Test {
     req.set_train_loss(2.0f);
     req.set_tokens(1000);
     return coord_->ReportRound(req);
+  }
+
+  // A SQLite path in the test's temp folder with no database left there.
+  static std::string FreshStorePath(const std::string& name) {
+    const std::string path = absl::StrCat(::testing::TempDir(), "/", name);
+    for (const char* suffix : {"", "-wal", "-shm"})
+      std::remove((path + suffix).c_str());
+    return path;
   }
 
   uint64_t Start(const v1::JobSpec& spec) {
@@ -342,6 +364,7 @@ TEST_F(CoordinatorTest, UniformBudgetsAndRingOrderForDiloco) {
   for (uint64_t id : ids) ASSERT_EQ(Ask(id, job, -1)->round(), 0u);
   ASSERT_TRUE(Report(ids[0], job, 0, 100, 10.0).ok());
   ASSERT_TRUE(Report(ids[1], job, 0, 100, 40.0).ok());
+  ASSERT_TRUE(Report(ids[2], job, 0, 100, 20.0).ok());
   auto a = Ask(ids[1], job, 0);
   EXPECT_EQ(a->local_steps(), 100u);
   EXPECT_THAT(a->budget_reason(), HasSubstr("uniform"));
@@ -349,6 +372,79 @@ TEST_F(CoordinatorTest, UniformBudgetsAndRingOrderForDiloco) {
   ASSERT_EQ(a->ring_order_size(), 3);
   for (int i = 0; i < 3; ++i) EXPECT_EQ(a->ring_order(i).worker_id(), ids[i]);
   EXPECT_EQ(a->rank(), 1u);
+}
+
+// DiLoCo replicas report their checksums; round 1 is handed out only once
+// all three reported round 0, and the one apart from the majority (and
+// only it) is told to re-sync from the lowest majority member.
+TEST_F(CoordinatorTest, AllReduceReplicaApartFromTheMajorityIsResynced) {
+  const std::vector<uint64_t> ids = RegisterN(3);
+  v1::JobSpec spec = Spec(3);
+  spec.mutable_outer()->set_algorithm(v1::ALGORITHM_DILOCO);
+  const uint64_t job = Start(spec);
+  for (uint64_t id : ids) ASSERT_EQ(Ask(id, job, -1)->round(), 0u);
+  auto report = [&](uint64_t id, uint32_t checksum) {
+    v1::ReportRoundRequest req = RoundReport(id, job, 0);
+    req.set_replica_checksum(checksum);
+    return coord_->ReportRound(req);
+  };
+  ASSERT_TRUE(report(ids[0], 0xaaaa).ok());
+  ASSERT_TRUE(report(ids[2], 0xbbbb).ok());
+  // ids[1] has not reported: nobody gets round 1 yet.
+  EXPECT_EQ(Ask(ids[2], job, 0)->kind(), v1::ASSIGNMENT_KIND_NONE);
+  ASSERT_TRUE(report(ids[1], 0xaaaa).ok());
+  auto apart = Ask(ids[2], job, 0);
+  ASSERT_EQ(apart->kind(), v1::ASSIGNMENT_KIND_ROUND);
+  EXPECT_EQ(apart->round(), 1u);
+  EXPECT_EQ(apart->resync_source().worker_id(), ids[0]);
+  EXPECT_FALSE(apart->resync_source().address().empty());
+  for (uint64_t id : {ids[0], ids[1]})
+    EXPECT_FALSE(Ask(id, job, 0)->has_resync_source()) << "worker " << id;
+  auto events = coord_->WaitJobEvents(job, 0, absl::ZeroDuration());
+  ASSERT_TRUE(events.ok());
+  bool event = false;
+  for (const v1::JobEvent& e : events->events)
+    if (e.kind() == v1::JOB_EVENT_KIND_FAILURE &&
+        absl::StrContains(e.description(), "replicas diverged in round 0"))
+      event = true;
+  EXPECT_TRUE(event);
+}
+
+// The wait for every replica report never holds a job: reports lost with a
+// coordinator restart count as given, and a member that does not report
+// is waited for only until the round's deadline.
+TEST_F(CoordinatorTest, AllReduceRoundWaitsNoLongerThanItsDeadline) {
+  const std::string path = FreshStorePath("coordinator_replica_wait.sqlite");
+  auto store = Store::Open(path);
+  ASSERT_TRUE(store.ok());
+  Make(std::move(*store));
+  const std::vector<uint64_t> ids = RegisterN(2);
+  v1::JobSpec spec = Spec(2);
+  spec.mutable_outer()->set_algorithm(v1::ALGORITHM_DILOCO);
+  const uint64_t job = Start(spec);
+  for (uint64_t id : ids) ASSERT_EQ(Ask(id, job, -1)->round(), 0u);
+  for (uint64_t id : ids) ASSERT_TRUE(Report(id, job, 0).ok());
+  store = Store::Open(path);  // a restart: the checksums are gone
+  ASSERT_TRUE(store.ok());
+  Make(std::move(*store));
+  auto after_restart = Ask(ids[0], job, 0);
+  ASSERT_TRUE(after_restart.ok()) << after_restart.status();
+  EXPECT_EQ(after_restart->round(), 1u);
+  EXPECT_EQ(Ask(ids[1], job, 0)->round(), 1u);
+  // Round 1: ids[1] never reports; ids[0] waits, then gets round 2 once
+  // round 1's deadline passed.
+  ASSERT_TRUE(Report(ids[0], job, 1).ok());
+  EXPECT_EQ(Ask(ids[0], job, 1)->kind(), v1::ASSIGNMENT_KIND_NONE);
+  absl::StatusOr<v1::Assignment> late;
+  for (int i = 0; i < 200; ++i) {  // ids[1] stays alive (its heartbeats)
+    clock_.Advance(absl::Seconds(5));
+    ASSERT_TRUE(Beat(ids[1], job).ok());
+    late = Ask(ids[0], job, 1);
+    ASSERT_TRUE(late.ok()) << late.status();
+    if (late->kind() == v1::ASSIGNMENT_KIND_ROUND) break;
+  }
+  EXPECT_EQ(late->kind(), v1::ASSIGNMENT_KIND_ROUND);
+  EXPECT_EQ(late->round(), 2u);
 }
 
 TEST_F(CoordinatorTest, CompleteGraphGasLocAveragesFully) {
@@ -392,13 +488,7 @@ TEST_F(CoordinatorTest, FinalBpbIsTheMeanOverEveryFinisher) {
   const uint64_t job = Start(Spec(2, /*max_rounds=*/1));
   for (uint64_t id : {a, b}) ASSERT_EQ(Ask(id, job, -1)->round(), 0u);
   auto report = [&](uint64_t id, float bpb) {
-    v1::ReportRoundRequest req;
-    req.set_worker_id(id);
-    req.set_job_id(job);
-    req.set_round(0);
-    req.set_inner_steps(100);
-    req.set_compute_seconds(10);
-    req.set_train_loss(2.0f);
+    v1::ReportRoundRequest req = RoundReport(id, job, 0);
     req.set_val_bpb(bpb);
     return coord_->ReportRound(req);
   };
@@ -598,10 +688,7 @@ TEST_F(CoordinatorTest, WatchSeesSnapshotThenEvents) {
 }
 
 TEST_F(CoordinatorTest, RestartResumesRunningJobFromSqlite) {
-  const std::string path =
-      absl::StrCat(::testing::TempDir(), "/coordinator_restart.sqlite");
-  for (const char* suffix : {"", "-wal", "-shm"})
-    std::remove((path + suffix).c_str());
+  const std::string path = FreshStorePath("coordinator_restart.sqlite");
   auto store = Store::Open(path);
   ASSERT_TRUE(store.ok());
   Make(std::move(*store));

@@ -265,6 +265,15 @@ absl::StatusOr<WorkerDaemon::Job*> WorkerDaemon::PrepareJob(
   runner_options.on_progress = [this](const RoundProgress& p) { SetProgress(p); };
   job->runner = std::make_unique<RoundRunner>(
       std::move(runner_options), job->trainer.get(), transport_, &clock_);
+  if (model_fetcher_) {
+    // Re-synchronisation (after a failed all-reduce, or when the
+    // coordinator names a source) fetches from a member over FetchModel.
+    const uint64_t job_id = job->job_id;
+    job->runner->set_resync_fetcher(
+        [this, job_id](const v1::PeerAssignment& member) {
+          return model_fetcher_(member, job_id, worker_id_.load());
+        });
+  }
   {
     absl::MutexLock lock(&mu_);
     progress_.Clear();
@@ -373,6 +382,24 @@ void WorkerDaemon::DropJob(const std::string& why) {
     progress_.set_activity(v1::WORKER_ACTIVITY_IDLE);
   }
   job_.reset();
+  absl::MutexLock lock(&served_mu_);
+  served_.reset();
+}
+
+void WorkerDaemon::KeepServedModel(Job& job) {
+  auto copy = std::make_shared<ServedModel>();
+  copy->job_id = job.job_id;
+  copy->round = job.runner->next_round();
+  auto take = [](std::vector<float>& to, const FloatArena* from) {
+    if (from != nullptr) to.assign(from->flat().begin(), from->flat().end());
+  };
+  take(copy->params, &job.trainer->params());
+  take(copy->outer, &job.runner->outer_state());
+  take(copy->m, job.trainer->optimizer_m());
+  take(copy->v, job.trainer->optimizer_v());
+  copy->optimizer_step = job.trainer->optimizer_step();
+  absl::MutexLock lock(&served_mu_);
+  served_ = std::move(copy);
 }
 
 absl::Status WorkerDaemon::RunAssignment(const v1::Assignment& assignment,
@@ -420,6 +447,7 @@ absl::Status WorkerDaemon::RunAssignment(const v1::Assignment& assignment,
     return report.status();
   }
   job->last_round = static_cast<int64_t>(assignment.round());
+  if (!IsGossipAlgorithm(job->spec.outer().algorithm())) KeepServedModel(*job);
   if (options_.metrics != nullptr)
     options_.metrics->RecordRound(
         *report, absl::ToDoubleSeconds(clock_.Now() - round_start),
@@ -596,6 +624,25 @@ absl::Status WorkerDaemon::Run() {
 }
 
 absl::StatusOr<ModelSnapshot> WorkerDaemon::SnapshotModel(uint64_t job_id) {
+  {
+    // All-reduce jobs: the copy kept after the last round, served without
+    // waiting for the round that runs now (a member re-synchronising
+    // after round r asks while this worker may already train round r+1,
+    // whose ring waits for that member).
+    absl::MutexLock lock(&served_mu_);
+    if (served_ != nullptr && served_->job_id == job_id) {
+      ModelSnapshot snapshot;
+      snapshot.job_id = job_id;
+      snapshot.round = served_->round;
+      snapshot.params = served_->params;
+      snapshot.outer_state = served_->outer;
+      snapshot.optimizer_m = served_->m;
+      snapshot.optimizer_v = served_->v;
+      snapshot.optimizer_step = served_->optimizer_step;
+      snapshot.keep_alive = served_;
+      return snapshot;
+    }
+  }
   absl::MutexLock job_lock(&job_mu_);
   if (job_ == nullptr || job_->job_id != job_id)
     return absl::FailedPreconditionError(absl::StrCat(

@@ -132,7 +132,13 @@ class WorkerDaemon {
 
   // A copy of the current model of `job_id` (params and y_{t-1}) taken
   // between rounds, for a joining worker's FetchModel; FAILED_PRECONDITION
-  // if this worker holds no model of that job.
+  // if this worker holds no model of that job. All-reduce jobs serve the
+  // copy kept after the last round at once (even while a round runs), so
+  // a member re-synchronising never waits on this worker's round.
+  // Re-synchronisation uses the model fetcher too: after a failed ring
+  // all-reduce the round runner fetches from a ring member that completed
+  // the round, and an Assignment.resync_source is fetched before the
+  // round.
   absl::StatusOr<ModelSnapshot> SnapshotModel(uint64_t job_id);
 
   // This worker's id: set by every (re-)registration, read by everyone
@@ -175,6 +181,9 @@ class WorkerDaemon {
   // Loads the first of the job's checkpoints that loads (with `next_round`:
   // that holds the model for that round); false if none.
   bool LoadFirstUsable(Job& job, std::optional<uint64_t> next_round);
+  // All-reduce jobs: keeps a copy of the model as the round left it
+  // (served_), which SnapshotModel serves while the next round runs.
+  void KeepServedModel(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(job_mu_);
   // Saves the job's checkpoint to `path` (logs a failure; records the
   // duration in the metrics); true when written.
   bool WriteCheckpoint(Job& job, const std::string& path);
@@ -213,6 +222,18 @@ class WorkerDaemon {
   // consistent model between rounds).
   mutable absl::Mutex job_mu_;
   std::unique_ptr<Job> job_ ABSL_GUARDED_BY(job_mu_);
+
+  // The model as the last round of an all-reduce job left it (one model
+  // copy of parameters, outer state and AdamW moments), so a member that
+  // re-synchronises is served without waiting for job_mu_.
+  struct ServedModel {
+    uint64_t job_id = 0;
+    uint64_t round = 0;  // the next round the model expects
+    std::vector<float> params, outer, m, v;
+    uint64_t optimizer_step = 0;
+  };
+  mutable absl::Mutex served_mu_;
+  std::shared_ptr<const ServedModel> served_ ABSL_GUARDED_BY(served_mu_);
 
   mutable absl::Mutex mu_;
   RoundRunner* runner_for_cancel_ ABSL_GUARDED_BY(mu_) = nullptr;

@@ -6,6 +6,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/crc32c.h"
 #include "common/job_spec.h"
 #include "common/log.h"
 #include "common/status_macros.h"
@@ -172,6 +173,12 @@ absl::StatusOr<v1::ReportRoundRequest> RoundRunner::RunRound(
     return report;
   }
 
+  // The coordinator found this replica apart from the others after the
+  // previous round: adopt a majority member's model first.
+  if (assignment.has_resync_source() &&
+      assignment.resync_source().worker_id() != 0)
+    ResyncFromSource(assignment, &report);
+
   FloatArena& params = trainer_->params();
   theta_start_.CopyFrom(params);
   pending_outer_ = PendingOuter::kNone;
@@ -217,7 +224,67 @@ absl::StatusOr<v1::ReportRoundRequest> RoundRunner::RunRound(
       !ResyncAfterRingFailure(assignment, ring_failed_peers_, &report))
     next_round_ = round;  // not a model of a completed round
   RETURN_IF_ERROR(EvaluateIfDue(assignment, &report));
+  if (!IsGossipAlgorithm(algorithm)) {
+    // What the coordinator compares across the round's replicas: taken
+    // last, so it covers whatever the round left in the model.
+    report.set_replica_checksum(ReplicaChecksum(
+        params.flat(), momentum_.flat(),
+        algorithm == v1::ALGORITHM_DATA_PARALLEL ? trainer_->optimizer_m()
+                                                 : nullptr,
+        algorithm == v1::ALGORITHM_DATA_PARALLEL ? trainer_->optimizer_v()
+                                                 : nullptr));
+    report.set_replica_behind(next_round_ != round + 1);
+  }
   return report;
+}
+
+uint32_t ReplicaChecksum(std::span<const float> params,
+                         std::span<const float> outer, const FloatArena* m,
+                         const FloatArena* v) {
+  uint32_t crc = Crc32cExtend(0, params.data(), params.size_bytes());
+  crc = Crc32cExtend(crc, outer.data(), outer.size_bytes());
+  for (const FloatArena* moment : {m, v})
+    if (moment != nullptr)
+      crc = Crc32cExtend(crc, moment->data(), moment->size() * sizeof(float));
+  return crc == 0 ? 1 : crc;  // 0 means "not computed" in the report
+}
+
+void RoundRunner::ResyncFromSource(const v1::Assignment& assignment,
+                                   v1::ReportRoundRequest* report) {
+  const v1::PeerAssignment& source = assignment.resync_source();
+  absl::Status status =
+      resync_fetcher_ ? absl::OkStatus()
+                      : absl::FailedPreconditionError("no fetcher installed");
+  absl::StatusOr<FetchedModel> model;
+  if (status.ok()) {
+    model = resync_fetcher_(source);
+    status = model.status();
+  }
+  if (status.ok() && model->round != assignment.round())
+    status = absl::FailedPreconditionError(absl::StrCat(
+        "its model is at next round ", model->round, ", not ",
+        assignment.round()));
+  if (status.ok()) status = InstallFetchedModel(*model);
+  if (!status.ok()) {
+    // Train on with our own model; the next round's checksum flags it again.
+    GASLOC_LOG(WARNING) << "job " << options_.job_id << " round "
+                        << assignment.round()
+                        << ": the coordinator found this replica apart from "
+                           "the others, but re-synchronising from worker "
+                        << source.worker_id() << " failed: " << status;
+    report->set_failure_reason(absl::StrCat(
+        "re-sync from worker ", source.worker_id(), " failed: ",
+        status.ToString()));
+    return;
+  }
+  ++resyncs_;
+  report->set_resynced_from(source.worker_id());
+  GASLOC_LOG(INFO) << "job " << options_.job_id << " round "
+                   << assignment.round()
+                   << ": replica re-synchronised from worker "
+                   << source.worker_id()
+                   << " before the round (the coordinator found it apart "
+                      "from the majority after the previous round)";
 }
 
 bool RoundRunner::ResyncAfterRingFailure(
@@ -240,6 +307,7 @@ bool RoundRunner::ResyncAfterRingFailure(
     if (status.ok()) status = InstallFetchedModel(*model);
     if (status.ok()) {
       ++resyncs_;
+      report->set_resynced_from(id);
       report->set_failure_reason(absl::StrCat(
           report->failure_reason(), "; re-synchronised from worker ", id));
       GASLOC_LOG(INFO) << "job " << options_.job_id << " round "

@@ -29,6 +29,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -88,6 +89,15 @@ struct RoundRunnerOptions {
 using ResyncFetcher = std::function<absl::StatusOr<FetchedModel>(
     const v1::PeerAssignment& member)>;
 
+// The replica checksum an all-reduce round reports (replica_checksum):
+// CRC32C over the parameters, then the outer momentum, then (when given:
+// data-parallel, whose AdamW state is replicated too) the inner moments.
+// Never 0 (0 = not computed in the report).
+uint32_t ReplicaChecksum(std::span<const float> params,
+                         std::span<const float> outer,
+                         const FloatArena* m = nullptr,
+                         const FloatArena* v = nullptr);
+
 class RoundRunner {
  public:
   // `trainer`, `transport` and `clock` must outlive the runner. The outer
@@ -112,6 +122,11 @@ class RoundRunner {
   void set_resync_fetcher(ResyncFetcher fetcher) {
     resync_fetcher_ = std::move(fetcher);
   }
+  // The same fetcher serves Assignment.resync_source: when set, RunRound
+  // first installs that member's model (which must be at this round; else
+  // it warns and keeps its own). All-reduce rounds report the replica's
+  // checksum (ReplicaChecksum) and whether it is behind (its model is not
+  // that of a completed round), which the coordinator compares.
   // Rounds in which this runner re-synchronised from another member.
   uint64_t resyncs() const { return resyncs_; }
 
@@ -182,6 +197,11 @@ class RoundRunner {
   bool ResyncAfterRingFailure(const v1::Assignment& assignment,
                               const std::vector<uint64_t>& failed_peers,
                               v1::ReportRoundRequest* report);
+  // Before the round: fetch and install the model of
+  // assignment.resync_source() (the coordinator found this replica apart
+  // from the majority); on failure logs it and keeps the own model.
+  void ResyncFromSource(const v1::Assignment& assignment,
+                        v1::ReportRoundRequest* report);
   // Adopts the outer state the round's update wrote aside (pending_outer_);
   // called only once the new parameters passed the finiteness check.
   void CommitOuterState();

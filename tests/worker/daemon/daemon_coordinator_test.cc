@@ -10,6 +10,7 @@
 #include "coordinator/coordinator.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/worker/daemon/direct_link.h"
 #include "tests/worker/round/fake_trainer.h"
 #include "worker/daemon/worker_daemon.h"
 #include "worker/exchange/in_process_transport.h"
@@ -19,46 +20,13 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// The worker's calls straight into a Coordinator.
-class DirectLink final : public CoordinatorLink {
- public:
-  explicit DirectLink(coordinator::Coordinator* c) : c_(c) {}
-  absl::StatusOr<v1::RegisterWorkerResponse> Register(
-      const v1::WorkerInfo& info) override {
-    v1::RegisterWorkerRequest request;
-    *request.mutable_info() = info;
-    return c_->RegisterWorker(request);
-  }
-  absl::StatusOr<v1::HeartbeatResponse> Heartbeat(
-      const v1::HeartbeatRequest& request) override {
-    return c_->Heartbeat(request);
-  }
-  absl::Status Leave(uint64_t worker_id, const std::string& reason) override {
-    v1::LeaveWorkerRequest request;
-    request.set_worker_id(worker_id);
-    request.set_reason(reason);
-    return c_->LeaveWorker(request);
-  }
-  absl::StatusOr<v1::Assignment> GetAssignment(
-      const v1::GetAssignmentRequest& request) override {
-    return c_->GetAssignment(request);
-  }
-  absl::Status ReportRound(const v1::ReportRoundRequest& request) override {
-    return c_->ReportRound(request);
-  }
-  void CancelWaits() override {}
-
- private:
-  coordinator::Coordinator* const c_;
-};
-
 TEST(DaemonWithCoordinator, MissingCorpusOnEveryWorkerFailsTheJobWithTheReason) {
   FakeClock clock;
   clock.SetAutoAdvance(true);
   auto made = coordinator::Coordinator::Create({}, nullptr, &clock);
   ASSERT_TRUE(made.ok()) << made.status();
   std::unique_ptr<coordinator::Coordinator> coord = std::move(*made);
-  DirectLink link(coord.get());
+  testing::DirectLink link(coord.get());
   InProcessNetwork network(MailboxOptions{.clock = &clock});
 
   struct Worker {

@@ -11,6 +11,7 @@
 #include "common/job_spec.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/worker/round/fail_step_transport.h"
 #include "tests/worker/round/fake_trainer.h"
 #include "worker/exchange/in_process_transport.h"
 #include "worker/round/outer_optimizer.h"
@@ -354,33 +355,6 @@ TEST(RoundRunner, MixedPlacementOnTheCompleteGraphEqualsDiLoCoPerWorker) {
   }
 }
 
-// A transport that reports the receive of one (round, phase, step) as
-// failed after it really ran: the member alone sees its all-reduce fail at
-// the last all-gather step while every other member completes the ring.
-class FailLastStepTransport final : public PeerTransport {
- public:
-  FailLastStepTransport(std::unique_ptr<InProcessTransport> inner,
-                        TransferKey fail)
-      : inner_(std::move(inner)), fail_(fail) {}
-  uint64_t self_id() const override { return inner_->self_id(); }
-  std::vector<TransferOutcome> Exchange(
-      const TransferKey& key, std::span<const OutgoingTransfer> sends,
-      std::span<const IncomingTransfer> receives,
-      const ExchangeOptions& options) override {
-    std::vector<TransferOutcome> outcomes =
-        inner_->Exchange(key, sends, receives, options);
-    if (key.round == fail_.round && key.phase == fail_.phase &&
-        key.step == fail_.step)
-      for (TransferOutcome& o : outcomes)
-        if (o.incoming) o.status = absl::DataLossError("injected");
-    return outcomes;
-  }
-
- private:
-  std::unique_ptr<InProcessTransport> inner_;
-  TransferKey fail_;
-};
-
 // Worker 1's all-reduce fails at the last step of round 1 while workers 2
 // and 3 complete it: worker 1 applies nothing and fetches the model and
 // momentum of a member that completed the round, so the DiLoCo replicas
@@ -401,9 +375,12 @@ TEST(RoundRunner, DiLoCoReplicasResynchroniseAfterARingFailure) {
     auto r = std::make_unique<Replica>(
         FakeTrainer(FakeLayout(), 0.5f * static_cast<float>(id)));
     if (id == 1) {
-      r->transport = std::make_unique<FailLastStepTransport>(
+      r->transport = std::make_unique<testing::FailStepTransport<InProcessTransport>>(
           network.Join(id),
-          TransferKey{kJob, 1, v1::EXCHANGE_PHASE_ALL_GATHER, 1});
+          TransferKey{.job_id = kJob,
+                      .round = 1,
+                      .phase = v1::EXCHANGE_PHASE_ALL_GATHER,
+                      .step = 1});
     } else {
       r->transport = network.Join(id);
     }
@@ -448,6 +425,12 @@ TEST(RoundRunner, DiLoCoReplicasResynchroniseAfterARingFailure) {
       EXPECT_EQ(reports[i]->failed_peers_size() > 0, round == 1 && i == 0)
           << "worker " << i + 1 << " round " << round;
       EXPECT_EQ(w[i]->runner->next_round(), round + 1);
+      // The replicas agree, so their checksums do (the coordinator's view).
+      EXPECT_NE(reports[i]->replica_checksum(), 0u);
+      EXPECT_EQ(reports[i]->replica_checksum(), reports[0]->replica_checksum())
+          << "worker " << i + 1 << " round " << round;
+      EXPECT_FALSE(reports[i]->replica_behind());
+      EXPECT_EQ(reports[i]->resynced_from() != 0, round == 1 && i == 0);
     }
     for (size_t i = 1; i < w.size(); ++i) {
       const size_t bytes = w[0]->trainer.params().size() * 4;
