@@ -1,7 +1,10 @@
 // The coordinator's state machine, driven by a FakeClock: membership and
 // leases, the job state machine, lazily planned rounds and epochs, budgets,
-// stopping, restart from SQLite, and long-poll wake-ups.
+// stopping, restart from SQLite, long-poll wake-ups, checkpoint sets and
+// resuming jobs.
 #include "coordinator/coordinator.h"
+
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdio>
@@ -631,7 +634,9 @@ TEST_F(CoordinatorTest, RestartResumesRunningJobFromSqlite) {
 class CoordinatorStoreFailureTest : public CoordinatorTest {
  protected:
   void SetUp() override {
-    path_ = absl::StrCat(::testing::TempDir(), "/coordinator_failure.sqlite");
+    // One file per process: ctest -j runs these tests side by side.
+    path_ = absl::StrCat(::testing::TempDir(), "/coordinator_failure-",
+                         getpid(), ".sqlite");
     for (const char* suffix : {"", "-wal", "-shm"})
       std::remove((path_ + suffix).c_str());
     Restart();
@@ -858,9 +863,11 @@ TEST_F(CoordinatorTest, ACompletedRoundClearsASetUpFailure) {
 
 // ------------------------------------------- checkpoint sets and resuming
 
-// A file database at a fresh path under the test's temporary directory.
+// A file database at a fresh path under the test's temporary directory,
+// one per process (ctest -j runs the tests side by side).
 std::string FreshDatabase(const std::string& name) {
-  const std::string path = absl::StrCat(::testing::TempDir(), "/", name);
+  const std::string path =
+      absl::StrCat(::testing::TempDir(), "/", getpid(), "-", name);
   for (const char* suffix : {"", "-wal", "-shm"})
     std::remove((path + suffix).c_str());
   return path;
