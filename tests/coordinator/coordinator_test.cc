@@ -1081,5 +1081,41 @@ TEST_F(CheckpointSetTest, SetUpFailuresSurviveACoordinatorRestart) {
   EXPECT_EQ(st->failures_size(), 2);
 }
 
+// A job that FAILED because no member could set it up, resumed (say once
+// the corpus is there): the failures before the resume are history, also
+// for a restarted coordinator.
+TEST_F(CheckpointSetTest, ResumedJobForgetsTheSetUpFailuresBeforeIt) {
+  const std::vector<uint64_t> ids = RegisterN(2);
+  const uint64_t job = Start(Spec(/*min_workers=*/2));
+  auto fail = [&](uint64_t id) {
+    v1::ReportRoundRequest req;
+    req.set_worker_id(id);
+    req.set_job_id(job);
+    req.set_round(0);
+    req.set_outcome(v1::ROUND_OUTCOME_SETUP_FAILED);
+    req.set_error("cannot set up the job: no corpus");
+    return coord_->ReportRound(req);
+  };
+  for (uint64_t id : ids) ASSERT_TRUE(Ask(id, job, -1).ok());
+  for (uint64_t id : ids) ASSERT_TRUE(fail(id).ok());
+  ASSERT_EQ(coord_->GetJob(job)->state(), v1::JOB_STATE_FAILED);
+  for (uint64_t id : ids) Ask(id, job, 0).IgnoreError();  // STOP: idle
+  clock_.Advance(absl::Seconds(1));
+  auto resumed = coord_->ResumeJob(job, "corpus restored");
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  EXPECT_EQ(resumed->state(), v1::JOB_STATE_RUNNING);
+  Reopen();
+  for (uint64_t id : ids) ASSERT_TRUE(Beat(id).ok());
+  ASSERT_EQ(Ask(ids[0], 0, -1)->round(), 0u);
+  ASSERT_TRUE(fail(ids[0]).ok());
+  auto st = coord_->GetJob(job);
+  EXPECT_EQ(st->failures_size(), 3) << "the failure after the resume is new";
+  EXPECT_EQ(st->state(), v1::JOB_STATE_RUNNING)
+      << "the second worker's failure before the resume was counted";
+  ASSERT_TRUE(fail(ids[1]).ok());
+  EXPECT_EQ(coord_->GetJob(job)->state(), v1::JOB_STATE_FAILED)
+      << "both failed their set-up again";
+}
+
 }  // namespace
 }  // namespace gasloc::coordinator
