@@ -914,6 +914,16 @@ class CheckpointSetTest : public CoordinatorTest {
             Done(ids[i], job, r, checkpoint(i, r) ? r + 1 : 0, 4.0f + i).ok());
       }
   }
+  // Worker `id` reports that it could not set up round 0 of `job`.
+  absl::Status SetUpFailed(uint64_t id, uint64_t job, const std::string& error) {
+    v1::ReportRoundRequest req;
+    req.set_worker_id(id);
+    req.set_job_id(job);
+    req.set_round(0);
+    req.set_outcome(v1::ROUND_OUTCOME_SETUP_FAILED);
+    req.set_error(error);
+    return coord_->ReportRound(req);
+  }
   std::string path_;
 };
 
@@ -1055,13 +1065,8 @@ TEST_F(CheckpointSetTest, SetUpFailuresSurviveACoordinatorRestart) {
   const uint64_t job = Start(Spec(/*min_workers=*/2));
   for (uint64_t id : ids) ASSERT_TRUE(Ask(id, job, -1).ok());
   auto fail = [&](uint64_t id) {
-    v1::ReportRoundRequest req;
-    req.set_worker_id(id);
-    req.set_job_id(job);
-    req.set_round(0);
-    req.set_outcome(v1::ROUND_OUTCOME_SETUP_FAILED);
-    req.set_error(absl::StrCat("cannot set up the job: no corpus on ", id));
-    return coord_->ReportRound(req);
+    return SetUpFailed(id, job,
+                       absl::StrCat("cannot set up the job: no corpus on ", id));
   };
   ASSERT_TRUE(fail(ids[0]).ok());
   Reopen();
@@ -1088,13 +1093,7 @@ TEST_F(CheckpointSetTest, ResumedJobForgetsTheSetUpFailuresBeforeIt) {
   const std::vector<uint64_t> ids = RegisterN(2);
   const uint64_t job = Start(Spec(/*min_workers=*/2));
   auto fail = [&](uint64_t id) {
-    v1::ReportRoundRequest req;
-    req.set_worker_id(id);
-    req.set_job_id(job);
-    req.set_round(0);
-    req.set_outcome(v1::ROUND_OUTCOME_SETUP_FAILED);
-    req.set_error("cannot set up the job: no corpus");
-    return coord_->ReportRound(req);
+    return SetUpFailed(id, job, "cannot set up the job: no corpus");
   };
   for (uint64_t id : ids) ASSERT_TRUE(Ask(id, job, -1).ok());
   for (uint64_t id : ids) ASSERT_TRUE(fail(id).ok());
