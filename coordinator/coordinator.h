@@ -333,9 +333,9 @@ class Coordinator {
   // The first round a job has not planned, from its status (a job whose
   // planned rounds are not in memory: ended, or resumed before a restart).
   static uint64_t NextRoundOf(const v1::JobStatus& status);
-  // The members whose latest failure (status.failures) is a set-up failure
-  // after their last completed round: a restarted coordinator's
-  // setup_failures.
+  // The members whose latest failure (status.failures, since the job last
+  // started running) is a set-up failure after their last completed round:
+  // a restarted coordinator's setup_failures.
   static void RestoreSetupFailures(JobRec& job);
   static const EpochRec* EpochOf(const JobRec& job, uint64_t epoch);
   static RoundRec MakeRoundRec(const JobRec& job, uint64_t round,

@@ -122,10 +122,12 @@ uint64_t Coordinator::NextRoundOf(const v1::JobStatus& status) {
 }
 
 void Coordinator::RestoreSetupFailures(JobRec& job) {
-  // Newest failure of each member.
+  // Newest failure of each member since the job last started running (a
+  // resumed job's older failures are history).
+  const v1::JobStatus& st = job.stored.status;
   std::map<uint64_t, const v1::WorkerFailure*> latest;
-  for (const v1::WorkerFailure& f : job.stored.status.failures())
-    latest[f.worker_id()] = &f;
+  for (const v1::WorkerFailure& f : st.failures())
+    if (f.unix_ms() >= st.started_unix_ms()) latest[f.worker_id()] = &f;
   for (const auto& [id, m] : job.members) {
     auto it = latest.find(id);
     if (it == latest.end()) continue;

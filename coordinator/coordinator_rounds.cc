@@ -606,10 +606,12 @@ void Coordinator::ApplyFailure(JobRec& job,
   v1::JobStatus& st = job.stored.status;
   const bool setup = request.outcome() == v1::ROUND_OUTCOME_SETUP_FAILED;
   const uint64_t wid = request.worker_id();
-  // A retried report (same worker, round and outcome) is recorded once.
+  // A retried report (same worker, round and outcome since the job last
+  // started running: a resumed job runs its rounds again) is recorded once.
   for (const v1::WorkerFailure& f : st.failures())
     if (f.worker_id() == wid && f.round() == request.round() &&
-        f.outcome() == request.outcome())
+        f.outcome() == request.outcome() &&
+        f.unix_ms() >= st.started_unix_ms())
       return;
   const std::string error =
       request.error().empty() ? "no reason given" : request.error();

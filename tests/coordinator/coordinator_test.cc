@@ -1,7 +1,10 @@
 // The coordinator's state machine, driven by a FakeClock: membership and
 // leases, the job state machine, lazily planned rounds and epochs, budgets,
-// stopping, restart from SQLite, and long-poll wake-ups.
+// stopping, restart from SQLite, long-poll wake-ups, checkpoint sets and
+// resuming jobs.
 #include "coordinator/coordinator.h"
+
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdio>
@@ -737,7 +740,9 @@ TEST_F(CoordinatorTest, RestartResumesRunningJobFromSqlite) {
 class CoordinatorStoreFailureTest : public CoordinatorTest {
  protected:
   void SetUp() override {
-    path_ = absl::StrCat(::testing::TempDir(), "/coordinator_failure.sqlite");
+    // One file per process: ctest -j runs these tests side by side.
+    path_ = absl::StrCat(::testing::TempDir(), "/coordinator_failure-",
+                         getpid(), ".sqlite");
     for (const char* suffix : {"", "-wal", "-shm"})
       std::remove((path_ + suffix).c_str());
     Restart();
@@ -964,9 +969,11 @@ TEST_F(CoordinatorTest, ACompletedRoundClearsASetUpFailure) {
 
 // ------------------------------------------- checkpoint sets and resuming
 
-// A file database at a fresh path under the test's temporary directory.
+// A file database at a fresh path under the test's temporary directory,
+// one per process (ctest -j runs the tests side by side).
 std::string FreshDatabase(const std::string& name) {
-  const std::string path = absl::StrCat(::testing::TempDir(), "/", name);
+  const std::string path =
+      absl::StrCat(::testing::TempDir(), "/", getpid(), "-", name);
   for (const char* suffix : {"", "-wal", "-shm"})
     std::remove((path + suffix).c_str());
   return path;
@@ -1012,6 +1019,16 @@ class CheckpointSetTest : public CoordinatorTest {
         ASSERT_TRUE(
             Done(ids[i], job, r, checkpoint(i, r) ? r + 1 : 0, 4.0f + i).ok());
       }
+  }
+  // Worker `id` reports that it could not set up round 0 of `job`.
+  absl::Status SetUpFailed(uint64_t id, uint64_t job, const std::string& error) {
+    v1::ReportRoundRequest req;
+    req.set_worker_id(id);
+    req.set_job_id(job);
+    req.set_round(0);
+    req.set_outcome(v1::ROUND_OUTCOME_SETUP_FAILED);
+    req.set_error(error);
+    return coord_->ReportRound(req);
   }
   std::string path_;
 };
@@ -1154,13 +1171,8 @@ TEST_F(CheckpointSetTest, SetUpFailuresSurviveACoordinatorRestart) {
   const uint64_t job = Start(Spec(/*min_workers=*/2));
   for (uint64_t id : ids) ASSERT_TRUE(Ask(id, job, -1).ok());
   auto fail = [&](uint64_t id) {
-    v1::ReportRoundRequest req;
-    req.set_worker_id(id);
-    req.set_job_id(job);
-    req.set_round(0);
-    req.set_outcome(v1::ROUND_OUTCOME_SETUP_FAILED);
-    req.set_error(absl::StrCat("cannot set up the job: no corpus on ", id));
-    return coord_->ReportRound(req);
+    return SetUpFailed(id, job,
+                       absl::StrCat("cannot set up the job: no corpus on ", id));
   };
   ASSERT_TRUE(fail(ids[0]).ok());
   Reopen();
@@ -1178,6 +1190,36 @@ TEST_F(CheckpointSetTest, SetUpFailuresSurviveACoordinatorRestart) {
   EXPECT_EQ(st->state(), v1::JOB_STATE_FAILED);
   EXPECT_THAT(st->message(), HasSubstr("no corpus"));
   EXPECT_EQ(st->failures_size(), 2);
+}
+
+// A job that FAILED because no member could set it up, resumed (say once
+// the corpus is there): the failures before the resume are history, also
+// for a restarted coordinator.
+TEST_F(CheckpointSetTest, ResumedJobForgetsTheSetUpFailuresBeforeIt) {
+  const std::vector<uint64_t> ids = RegisterN(2);
+  const uint64_t job = Start(Spec(/*min_workers=*/2));
+  auto fail = [&](uint64_t id) {
+    return SetUpFailed(id, job, "cannot set up the job: no corpus");
+  };
+  for (uint64_t id : ids) ASSERT_TRUE(Ask(id, job, -1).ok());
+  for (uint64_t id : ids) ASSERT_TRUE(fail(id).ok());
+  ASSERT_EQ(coord_->GetJob(job)->state(), v1::JOB_STATE_FAILED);
+  for (uint64_t id : ids) Ask(id, job, 0).IgnoreError();  // STOP: idle
+  clock_.Advance(absl::Seconds(1));
+  auto resumed = coord_->ResumeJob(job, "corpus restored");
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  EXPECT_EQ(resumed->state(), v1::JOB_STATE_RUNNING);
+  Reopen();
+  for (uint64_t id : ids) ASSERT_TRUE(Beat(id).ok());
+  ASSERT_EQ(Ask(ids[0], 0, -1)->round(), 0u);
+  ASSERT_TRUE(fail(ids[0]).ok());
+  auto st = coord_->GetJob(job);
+  EXPECT_EQ(st->failures_size(), 3) << "the failure after the resume is new";
+  EXPECT_EQ(st->state(), v1::JOB_STATE_RUNNING)
+      << "the second worker's failure before the resume was counted";
+  ASSERT_TRUE(fail(ids[1]).ok());
+  EXPECT_EQ(coord_->GetJob(job)->state(), v1::JOB_STATE_FAILED)
+      << "both failed their set-up again";
 }
 
 }  // namespace
