@@ -12,6 +12,7 @@
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/request_bounds.h"
 
 namespace gasloc::coordinator {
 
@@ -352,6 +353,7 @@ absl::StatusOr<v1::Assignment> Coordinator::GetAssignment(
 }
 
 absl::Status Coordinator::ReportRound(const v1::ReportRoundRequest& request) {
+  RETURN_IF_ERROR(CheckRequestBounds(request));
   absl::MutexLock lock(&mu_);
   return Call([&](absl::Time now) {
     TickLocked(now);
@@ -401,13 +403,20 @@ absl::Status Coordinator::ApplyReport(const v1::ReportRoundRequest& request,
   if (request.val_bpb() > 0) m.val_bpb = request.val_bpb();
   m.train_loss = request.train_loss();
   Contribute(job, m, +1);
-  st.set_tokens(st.tokens() + request.tokens());
+  st.set_tokens(SaturatingAdd(st.tokens(), request.tokens()));
   if (!request.failed_peers().empty())
     GASLOC_LOG(WARNING) << "job " << st.job_id() << " round "
                         << request.round() << ": worker "
                         << request.worker_id() << " lost peers "
                         << absl::StrJoin(request.failed_peers(), ",") << " ("
                         << request.failure_reason() << ")";
+  if (!request.refused_peers().empty())
+    GASLOC_LOG(WARNING) << "job " << st.job_id() << " round "
+                        << request.round() << ": worker "
+                        << request.worker_id()
+                        << " refused the model of worker(s) "
+                        << absl::StrJoin(request.refused_peers(), ",")
+                        << " (poisoning guard: too far from its own)";
   SaveMember(m);
   UpdateProgress(job, now);
   if (!std::isfinite(request.train_loss())) {

@@ -139,6 +139,7 @@ for i in $(seq 1 "$workers"); do
   mkdir -p "$run_dir/worker$i"
   OMP_WAIT_POLICY=PASSIVE "$bin/gasloc-worker" --coordinator="$coordinator" \
     --listen=127.0.0.1:0 --threads="$threads" --data_dir="$run_dir/worker$i" \
+    --checkpoint_root="$run_dir" \
     > "$run_dir/worker$i.out" 2> "$run_dir/worker$i.log" &
   pids+=($!)
 done

@@ -26,6 +26,7 @@
 #include "common/flags_setup.h"
 #include "common/job_spec.h"
 #include "common/link_bandwidth.h"
+#include "common/terminal_text.h"
 #include "gasloc/v1/coordinator.grpc.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "grpcpp/grpcpp.h"
@@ -50,7 +51,8 @@ namespace {
 constexpr int kOk = 0, kFailed = 1, kUsage = 2;
 
 int Fail(const std::string& message) {
-  std::fprintf(stderr, "gaslocctl: %s\n", message.c_str());
+  // Errors may quote what a caller sent (a job name, a path): escaped.
+  std::fprintf(stderr, "gaslocctl: %s\n", EscapeForTerminal(message).c_str());
   return kFailed;
 }
 
@@ -236,6 +238,7 @@ int JobStart(v1::Coordinator::Stub& stub, const std::string& path) {
   v1::StartJobResponse response;
   grpc::Status status = stub.StartJob(Context().get(), request, &response);
   if (!status.ok()) return Fail(Describe(status));
+  EscapeStringFields(&response);
   if (Json()) {
     std::printf("%s\n", ToJson(response.job()).c_str());
   } else {
@@ -251,6 +254,7 @@ int JobList(v1::Coordinator::Stub& stub) {
   v1::ListJobsResponse response;
   grpc::Status status = stub.ListJobs(Context().get(), {}, &response);
   if (!status.ok()) return Fail(Describe(status));
+  EscapeStringFields(&response);
   if (Json()) {
     std::printf("%s\n", ToJson(response).c_str());
     return kOk;
@@ -267,6 +271,7 @@ int JobGet(v1::Coordinator::Stub& stub, uint64_t id) {
   v1::GetJobResponse response;
   grpc::Status status = stub.GetJob(Context().get(), request, &response);
   if (!status.ok()) return Fail(Describe(status));
+  EscapeStringFields(&response);
   if (Json()) {
     std::printf("%s\n", ToJson(response.job()).c_str());
   } else {
@@ -282,6 +287,7 @@ int JobStop(v1::Coordinator::Stub& stub, uint64_t id) {
   v1::StopJobResponse response;
   grpc::Status status = stub.StopJob(Context().get(), request, &response);
   if (!status.ok()) return Fail(Describe(status));
+  EscapeStringFields(&response);
   if (Json()) {
     std::printf("%s\n", ToJson(response.job()).c_str());
   } else {
@@ -312,6 +318,7 @@ int JobWatch(v1::Coordinator::Stub& stub, uint64_t id) {
   bool any = false;
   while (reader->Read(&event)) {
     any = true;
+    EscapeStringFields(&event);
     last = event.job();
     if (Json()) {
       std::printf("%s\n", ToJson(event).c_str());
@@ -350,6 +357,7 @@ int Workers(v1::Coordinator::Stub& stub) {
   v1::ListWorkersResponse response;
   grpc::Status status = stub.ListWorkers(Context().get(), request, &response);
   if (!status.ok()) return Fail(Describe(status));
+  EscapeStringFields(&response);
   if (Json()) {
     std::printf("%s\n", ToJson(response).c_str());
     return kOk;

@@ -30,7 +30,9 @@ class Cluster {
   void StartCoordinator(int metrics_port = 0);
   // Starts `n` workers; worker i gets a /metrics endpoint on
   // metrics_ports[i] when that exists and is not 0.
-  void StartWorkers(int n, const std::vector<int>& metrics_ports = {});
+  // `extra_args` are appended to every worker's command line.
+  void StartWorkers(int n, const std::vector<int>& metrics_ports = {},
+                    const std::vector<std::string>& extra_args = {});
 
   // A 1-layer, 32-wide model on Corpus(): a round takes well under a second.
   v1::JobSpec TinySpec(v1::Algorithm algorithm, int rounds, int workers);
@@ -43,6 +45,7 @@ class Cluster {
   std::string WorkerLog(int i) const { return ReadFile(logs_[i]); }
   Subprocess& worker(int i) { return *workers_[i]; }
   const std::string& dir() const { return dir_; }
+  const std::string& address() const { return address_; }
   v1::Coordinator::Stub& stub() { return *stub_; }
 
   // SIGTERM to every worker (each must exit 0 unless the test killed it),
