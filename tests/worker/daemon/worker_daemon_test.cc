@@ -475,6 +475,7 @@ TEST_F(WorkerDaemonTest, JobLargerThanThisWorkerIsRefusedBeforeAllocating) {
   options.clock = &clock_;
   options.corpus_root = corpus_.parent_path().string();
   daemon_.reset();
+  coordinator_.Reopen();  // the destroyed daemon cancelled its waits
   daemon_ = std::make_unique<WorkerDaemon>(
       options, &coordinator_, transport_.get(),
       [this](const v1::JobSpec&, DataShard shard, int)
