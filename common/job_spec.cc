@@ -5,6 +5,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
 #include "google/protobuf/util/json_util.h"
@@ -30,6 +31,18 @@ absl::Status CheckRange(absl::string_view field, double value, double lo,
     absl::Status s_ = CheckRange(__VA_ARGS__);        \
     if (!s_.ok()) return s_;                          \
   } while (false)
+
+// A path field: at most kMaxPathBytes, no NUL byte (the OS would cut it).
+absl::Status CheckPath(absl::string_view field, absl::string_view path) {
+  if (path.size() > kMaxPathBytes)
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, " must be at most ", kMaxPathBytes,
+                     " bytes, got ", path.size()));
+  if (path.find('\0') != absl::string_view::npos)
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, " must not contain a NUL byte"));
+  return absl::OkStatus();
+}
 
 bool ValidName(absl::string_view name) {
   if (name.empty() || name.size() > 64) return false;
@@ -136,6 +149,8 @@ v1::JobSpec ApplyJobSpecDefaults(const v1::JobSpec& in) {
     exchange->set_encoding(v1::WIRE_ENCODING_FP32);
   if (!exchange->has_chunk_bytes()) exchange->set_chunk_bytes(1u << 20);
   if (!exchange->has_deadline_ms()) exchange->set_deadline_ms(30000);
+  if (!exchange->has_poison_distance_ratio())
+    exchange->set_poison_distance_ratio(10.0f);
 
   if (!spec.checkpoint().has_interval_rounds())
     spec.mutable_checkpoint()->set_interval_rounds(10);
@@ -151,18 +166,22 @@ absl::Status ValidateJobSpec(const v1::JobSpec& raw) {
         "name must match [A-Za-z0-9._-]{1,64}, got \"", spec.name(), "\""));
 
   const auto& m = spec.model();
-  GASLOC_CHECK_RANGE("model.layers", m.layers(), 1, 256);
-  GASLOC_CHECK_RANGE("model.d_model", m.d_model(), 8, 8192);
+  // Absolute caps (docs/operations.md, "Limits"): a spec is remote control
+  // of every worker's memory, so sizes stop well before what would wrap or
+  // exhaust a machine; the memory estimate (common/job_size.h) is checked
+  // against the workers too.
+  GASLOC_CHECK_RANGE("model.layers", m.layers(), 1, kMaxLayers);
+  GASLOC_CHECK_RANGE("model.d_model", m.d_model(), 8, kMaxDModel);
   GASLOC_CHECK_RANGE("model.heads", m.heads(), 1, 128);
   if (m.d_model() % m.heads() != 0)
     return absl::InvalidArgumentError(
         absl::StrCat("model.heads must divide model.d_model, got d_model ",
                      m.d_model(), " and heads ", m.heads()));
-  GASLOC_CHECK_RANGE("model.context", m.context(), 2, 16384);
+  GASLOC_CHECK_RANGE("model.context", m.context(), 2, kMaxContext);
 
   const auto& t = spec.training();
-  GASLOC_CHECK_RANGE("training.batch", t.batch(), 1, 4096);
-  GASLOC_CHECK_RANGE("training.threads", t.threads(), 0, 1024);
+  GASLOC_CHECK_RANGE("training.batch", t.batch(), 1, kMaxBatch);
+  GASLOC_CHECK_RANGE("training.threads", t.threads(), 0, kMaxThreads);
   if (!v1::Precision_IsValid(t.precision()))
     return absl::InvalidArgumentError("training.precision is not a known value");
   if (!v1::TrainMode_IsValid(t.mode()))
@@ -171,7 +190,7 @@ absl::Status ValidateJobSpec(const v1::JobSpec& raw) {
     GASLOC_CHECK_RANGE("training.local_rgc.stages", t.local_rgc().stages(), 1,
                        m.layers());
     GASLOC_CHECK_RANGE("training.local_rgc.threads_per_stage",
-                       t.local_rgc().threads_per_stage(), 0, 1024);
+                       t.local_rgc().threads_per_stage(), 0, kMaxThreads);
   }
   const auto& a = t.adamw();
   GASLOC_CHECK_RANGE("training.adamw.lr", a.lr(), 0, 1, /*lo_open=*/true);
@@ -189,6 +208,9 @@ absl::Status ValidateJobSpec(const v1::JobSpec& raw) {
   const auto& d = spec.data();
   if (d.corpus_path().empty())
     return absl::InvalidArgumentError("data.corpus_path is required");
+  RETURN_IF_ERROR(CheckPath("data.corpus_path", d.corpus_path()));
+  RETURN_IF_ERROR(
+      CheckPath("checkpoint.directory", spec.checkpoint().directory()));
   GASLOC_CHECK_RANGE("data.train_fraction", d.train_fraction(), 0, 1, true,
                      true);
   GASLOC_CHECK_RANGE("data.eval_windows", d.eval_windows(), 1, 100000);
@@ -246,6 +268,9 @@ absl::Status ValidateJobSpec(const v1::JobSpec& raw) {
         "yet; use FP32 or BF16");
   GASLOC_CHECK_RANGE("exchange.chunk_bytes", e.chunk_bytes(), 4096, 3 << 20);
   GASLOC_CHECK_RANGE("exchange.deadline_ms", e.deadline_ms(), 100, 3600000);
+  if (e.poison_distance_ratio() != 0)
+    GASLOC_CHECK_RANGE("exchange.poison_distance_ratio",
+                       e.poison_distance_ratio(), 2, 1e6);
 
   GASLOC_CHECK_RANGE("checkpoint.interval_rounds",
                      spec.checkpoint().interval_rounds(), 1, 1e6);

@@ -7,6 +7,9 @@
 #ifndef GASLOC_COMMON_JOB_SPEC_H_
 #define GASLOC_COMMON_JOB_SPEC_H_
 
+#include <cstddef>
+#include <cstdint>
+
 #include "absl/strings/string_view.h"
 
 #include "absl/status/status.h"
@@ -14,6 +17,16 @@
 #include "gasloc/v1/job.pb.h"
 
 namespace gasloc {
+
+// Absolute caps of a job's size (ValidateJobSpec); docs/operations.md,
+// "Limits", gives the reasons.
+inline constexpr uint32_t kMaxLayers = 128;
+inline constexpr uint32_t kMaxDModel = 4096;
+inline constexpr uint32_t kMaxContext = 8192;
+inline constexpr uint32_t kMaxBatch = 1024;
+inline constexpr uint32_t kMaxThreads = 256;
+// data.corpus_path and checkpoint.directory (PATH_MAX).
+inline constexpr size_t kMaxPathBytes = 4096;
 
 // Returns `spec` with every unset field set to its documented default
 // (defaults that depend on the algorithm use spec.outer.algorithm).

@@ -7,9 +7,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "common/job_size.h"
 #include "common/job_spec.h"
 #include "common/log.h"
 #include "common/status_macros.h"
+#include "coordinator/request_bounds.h"
 
 namespace gasloc::coordinator {
 namespace {
@@ -223,8 +225,25 @@ absl::StatusOr<v1::JobStatus> Coordinator::StartJob(const v1::JobSpec& spec) {
   RETURN_IF_ERROR(ValidateJobSpec(spec));
   absl::MutexLock lock(&mu_);
   return Call([&](absl::Time now) -> absl::StatusOr<v1::JobStatus> {
+    RETURN_IF_ERROR(CheckJobFitsSomeWorker(spec));
     return AddJob(spec, now);
   });
+}
+
+absl::Status Coordinator::CheckJobFitsSomeWorker(const v1::JobSpec& spec) {
+  // Against the live workers' reports; with none registered yet only the
+  // absolute caps (ValidateJobSpec) apply, and each worker checks again
+  // when the job reaches it (WorkerDaemon::PrepareJob).
+  absl::Status last = absl::OkStatus();
+  for (const auto& [id, w] : membership_.workers()) {
+    if (w.stored.state != v1::WORKER_STATE_ALIVE) continue;
+    last = CheckJobFitsWorker(spec, w.stored.info);
+    if (last.ok()) return last;
+    last = absl::InvalidArgumentError(absl::StrCat(
+        last.message(), " (no live worker can run the job; this is worker ",
+        id, ")"));
+  }
+  return last;
 }
 
 v1::JobStatus Coordinator::AddJob(const v1::JobSpec& spec, absl::Time now) {
@@ -264,6 +283,9 @@ v1::ListJobsResponse Coordinator::ListJobs() {
 
 absl::StatusOr<v1::JobStatus> Coordinator::StopJob(uint64_t job_id,
                                                    const std::string& reason) {
+  v1::StopJobRequest bounded;
+  bounded.set_reason(reason);
+  RETURN_IF_ERROR(CheckRequestBounds(bounded));
   absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(JobRec * job, FindJob(job_id));
   const v1::JobState state = job->stored.status.state();
@@ -277,6 +299,29 @@ absl::StatusOr<v1::JobStatus> Coordinator::StopJob(uint64_t job_id,
     TickLocked(now);
     return StatusOf(*job, now);
   });
+}
+
+void Coordinator::ForgetOldJobs(absl::Time now) {
+  std::vector<EndedJob> ended;
+  for (const auto& [id, job] : jobs_)
+    if (IsTerminal(job.stored.status.state()))
+      ended.push_back({.job_id = id,
+                       .ended = absl::FromUnixMillis(
+                           job.stored.status.ended_unix_ms())});
+  if (ended.size() <= options_.retention.max_ended &&
+      (ended.empty() ||
+       now - std::min_element(ended.begin(), ended.end(),
+                              [](const EndedJob& a, const EndedJob& b) {
+                                return a.ended < b.ended;
+                              })->ended <=
+           options_.retention.max_age))
+    return;  // the common case, without sorting
+  for (const ForgottenJob& f : JobsToForget(std::move(ended), now,
+                                            options_.retention)) {
+    GASLOC_LOG(INFO) << "job " << f.job_id << " forgotten: " << f.reason;
+    jobs_.erase(f.job_id);
+    Write([id = f.job_id](Store& s) { return s.DeleteJob(id); });
+  }
 }
 
 void Coordinator::EndJob(JobRec& job, v1::JobState state,

@@ -48,6 +48,7 @@
 #include "coordinator/budget.h"
 #include "coordinator/coordinator_metrics.h"
 #include "coordinator/job_events.h"
+#include "coordinator/job_retention.h"
 #include "coordinator/membership.h"
 #include "coordinator/replica_check.h"
 #include "coordinator/round_planner.h"
@@ -79,6 +80,8 @@ struct CoordinatorOptions {
   absl::Duration default_wait = absl::Seconds(10);
   // Events kept per job for WatchJob.
   size_t events_kept = 256;
+  // Ended jobs kept (by age and count), coordinator/job_retention.h.
+  JobRetention retention;
   // Not owned; null = no metrics (docs/metrics.md).
   CoordinatorMetrics* metrics = nullptr;
 };
@@ -253,6 +256,8 @@ class Coordinator {
   void ExpireLeases(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AssignIdleWorkers(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CheckOrphans(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Forgets the ended jobs JobsToForget names (memory and store).
+  void ForgetOldJobs(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<v1::HeartbeatResponse> HeartbeatLocked(
       const v1::HeartbeatRequest& request, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -267,6 +272,11 @@ class Coordinator {
 
   // ------------------------------------------------- jobs (coordinator.cc)
   absl::StatusOr<JobRec*> FindJob(uint64_t job_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // OK if some live worker's reported memory and cores can hold `spec`
+  // (CheckJobFitsWorker), or no worker is alive; else INVALID_ARGUMENT
+  // naming the fields.
+  absl::Status CheckJobFitsSomeWorker(const v1::JobSpec& spec)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   v1::JobStatus AddJob(const v1::JobSpec& spec, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -13,6 +13,7 @@
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/request_bounds.h"
 
 namespace gasloc::coordinator {
 
@@ -442,6 +443,7 @@ absl::StatusOr<v1::Assignment> Coordinator::GetAssignment(
 }
 
 absl::Status Coordinator::ReportRound(const v1::ReportRoundRequest& request) {
+  RETURN_IF_ERROR(CheckRequestBounds(request));
   absl::MutexLock lock(&mu_);
   return Call([&](absl::Time now) {
     TickLocked(now);
@@ -527,13 +529,20 @@ absl::Status Coordinator::ApplyReport(const v1::ReportRoundRequest& request,
                 now);
   m.train_loss = request.train_loss();
   Contribute(job, m, +1);
-  st.set_tokens(st.tokens() + request.tokens());
+  st.set_tokens(SaturatingAdd(st.tokens(), request.tokens()));
   if (!request.failed_peers().empty())
     GASLOC_LOG(WARNING) << "job " << st.job_id() << " round "
                         << request.round() << ": worker "
                         << request.worker_id() << " lost peers "
                         << absl::StrJoin(request.failed_peers(), ",") << " ("
                         << request.failure_reason() << ")";
+  if (!request.refused_peers().empty())
+    GASLOC_LOG(WARNING) << "job " << st.job_id() << " round "
+                        << request.round() << ": worker "
+                        << request.worker_id()
+                        << " refused the model of worker(s) "
+                        << absl::StrJoin(request.refused_peers(), ",")
+                        << " (poisoning guard: too far from its own)";
   SaveMember(m);
   UpdateProgress(job, now);
   RecordCheckpoint(job, request, now);

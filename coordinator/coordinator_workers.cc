@@ -7,6 +7,7 @@
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/request_bounds.h"
 
 namespace gasloc::coordinator {
 
@@ -19,6 +20,7 @@ void Coordinator::TickLocked(absl::Time now) {
   ExpireLeases(now);
   AssignIdleWorkers(now);
   CheckOrphans(now);
+  ForgetOldJobs(now);
 }
 
 void Coordinator::ExpireLeases(absl::Time now) {
@@ -143,6 +145,7 @@ void Coordinator::CheckOrphans(absl::Time now) {
 
 absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
     const v1::RegisterWorkerRequest& request) {
+  RETURN_IF_ERROR(CheckRequestBounds(request));
   const v1::WorkerInfo& info = request.info();
   if (info.address().empty())
     return absl::InvalidArgumentError("info.address is required (host:port)");
@@ -171,6 +174,7 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterLocked(
 
 absl::StatusOr<v1::HeartbeatResponse> Coordinator::Heartbeat(
     const v1::HeartbeatRequest& request) {
+  RETURN_IF_ERROR(CheckRequestBounds(request));
   absl::MutexLock lock(&mu_);
   return Call([&](absl::Time now) {
     TickLocked(now);
@@ -199,6 +203,7 @@ absl::StatusOr<v1::HeartbeatResponse> Coordinator::HeartbeatLocked(
 }
 
 absl::Status Coordinator::LeaveWorker(const v1::LeaveWorkerRequest& request) {
+  RETURN_IF_ERROR(CheckRequestBounds(request));
   absl::MutexLock lock(&mu_);
   return Call([&](absl::Time now) { return LeaveLocked(request, now); });
 }

@@ -480,6 +480,16 @@ absl::StatusOr<std::vector<StoredRound>> Store::LoadRounds(uint64_t job_id,
                            {job_id, min_round}, RoundRow);
 }
 
+absl::Status Store::DeleteJob(uint64_t job_id) {
+  for (const char* sql : {"DELETE FROM rounds WHERE job_id = ?",
+                          "DELETE FROM epochs WHERE job_id = ?",
+                          "DELETE FROM job_members WHERE job_id = ?",
+                          "DELETE FROM jobs WHERE job_id = ?"}) {
+    if (absl::Status s = Write("DeleteJob", sql, {job_id}); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Store::PruneRounds(uint64_t job_id, uint64_t below_round) {
   return Write("PruneRounds",
                "DELETE FROM rounds WHERE job_id = ? AND round < ?",

@@ -122,6 +122,8 @@ class Store {
                                                       uint64_t min_round);
   // Deletes the rounds of `job_id` below `below_round`.
   absl::Status PruneRounds(uint64_t job_id, uint64_t below_round);
+  // Deletes the job with its members, epochs and rounds.
+  absl::Status DeleteJob(uint64_t job_id);
 
   // Runs raw SQL (tests build old schema versions with it).
   absl::Status Exec(absl::string_view sql);

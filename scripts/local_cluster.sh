@@ -155,6 +155,7 @@ for i in $(seq 1 "$workers"); do
   OMP_WAIT_POLICY=PASSIVE "$bin/gasloc-worker" --coordinator="$coordinator" \
     --listen=127.0.0.1:0 --threads="$threads" --data_dir="$run_dir/worker$i" \
     --checkpoints_kept="$checkpoints_kept" \
+    --checkpoint_root="$run_dir" \
     > "$run_dir/worker$i.out" 2> "$run_dir/worker$i.log" &
   pids+=($!)
 done

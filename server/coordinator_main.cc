@@ -1,4 +1,5 @@
 // gasloc-coordinator: tracks workers, accepts jobs, plans every round.
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -8,6 +9,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
 #include "common/clock.h"
 #include "common/flags_setup.h"
 #include "common/log.h"
@@ -27,8 +29,17 @@ ABSL_FLAG(std::string, db, "gasloc-coordinator.sqlite",
           "SQLite file holding jobs and workers (created if missing).");
 ABSL_FLAG(int, lease_ms, 10000,
           "Worker lease length in milliseconds.");
+ABSL_FLAG(std::string, metrics_address, "0.0.0.0",
+          "Address the /metrics endpoint binds (0.0.0.0 = every interface, "
+          "127.0.0.1 = this machine only); it serves plain HTTP.");
 ABSL_FLAG(int, metrics_port, 0,
-          "Port of the Prometheus /metrics endpoint on 0.0.0.0 (0 = off).");
+          "Port of the Prometheus /metrics endpoint on --metrics_address "
+          "(0 = off).");
+ABSL_FLAG(int, ended_jobs_kept, 1000,
+          "Ended (finished, failed, stopped) jobs kept; older ones are "
+          "forgotten with their events, rounds and members. >= 1.");
+ABSL_FLAG(absl::Duration, ended_job_max_age, absl::Hours(24 * 30),
+          "How long an ended job is kept after it ended (e.g. 720h).");
 ABSL_FLAG(std::string, tls_cert, "", "PEM server certificate (enables TLS).");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
 ABSL_FLAG(std::string, tls_ca, "",
@@ -66,6 +77,10 @@ int main(int argc, char** argv) {
   gasloc::coordinator::CoordinatorMetrics metrics(*registry);
   gasloc::coordinator::CoordinatorOptions coordinator_options;
   coordinator_options.lease = absl::Milliseconds(lease_ms);
+  coordinator_options.retention = {
+      .max_ended = static_cast<size_t>(
+          std::max(1, absl::GetFlag(FLAGS_ended_jobs_kept))),
+      .max_age = absl::GetFlag(FLAGS_ended_job_max_age)};
   if (metrics_port != 0) coordinator_options.metrics = &metrics;
   auto coordinator = gasloc::coordinator::Coordinator::Create(
       coordinator_options, std::move(*store), &gasloc::RealClock::Get());
@@ -80,7 +95,8 @@ int main(int argc, char** argv) {
   std::unique_ptr<prometheus::Exposer> exposer;
   if (metrics_port != 0) {
     auto started =
-        gasloc::StartMetricsEndpoint(metrics_port, {registry, gauges});
+        gasloc::StartMetricsEndpoint(metrics_port, {registry, gauges},
+                                     absl::GetFlag(FLAGS_metrics_address));
     if (!started.ok()) {
       GASLOC_LOG(ERROR) << "gasloc-coordinator: " << started.status();
       std::fprintf(stderr, "gasloc-coordinator: %s\n",

@@ -26,6 +26,7 @@
 #include "common/flags_setup.h"
 #include "common/job_spec.h"
 #include "common/link_bandwidth.h"
+#include "common/terminal_text.h"
 #include "gasloc/v1/coordinator.grpc.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "grpcpp/grpcpp.h"
@@ -51,7 +52,8 @@ namespace {
 constexpr int kOk = 0, kFailed = 1, kUsage = 2;
 
 int Fail(const std::string& message) {
-  std::fprintf(stderr, "gaslocctl: %s\n", message.c_str());
+  // Errors may quote what a caller sent (a job name, a path): escaped.
+  std::fprintf(stderr, "gaslocctl: %s\n", EscapeForTerminal(message).c_str());
   return kFailed;
 }
 
@@ -251,6 +253,7 @@ int JobStart(v1::Coordinator::Stub& stub, const std::string& path) {
   v1::StartJobResponse response;
   grpc::Status status = stub.StartJob(Context().get(), request, &response);
   if (!status.ok()) return Fail(Describe(status));
+  EscapeStringFields(&response);
   if (Json()) {
     std::printf("%s\n", ToJson(response.job()).c_str());
   } else {
@@ -266,6 +269,7 @@ int JobList(v1::Coordinator::Stub& stub) {
   v1::ListJobsResponse response;
   grpc::Status status = stub.ListJobs(Context().get(), {}, &response);
   if (!status.ok()) return Fail(Describe(status));
+  EscapeStringFields(&response);
   if (Json()) {
     std::printf("%s\n", ToJson(response).c_str());
     return kOk;
@@ -288,6 +292,7 @@ int JobGet(v1::Coordinator::Stub& stub, uint64_t id) {
   v1::GetJobResponse response;
   grpc::Status status = FetchJob(stub, id, &response);
   if (!status.ok()) return Fail(Describe(status));
+  EscapeStringFields(&response);
   if (Json()) {
     std::printf("%s\n", ToJson(response.job()).c_str());
   } else {
@@ -302,6 +307,7 @@ int JobBudgets(v1::Coordinator::Stub& stub, uint64_t id) {
   v1::GetJobResponse response;
   grpc::Status status = FetchJob(stub, id, &response);
   if (!status.ok()) return Fail(Describe(status));
+  EscapeStringFields(&response);
   const v1::JobStatus& job = response.job();
   if (Json()) {
     v1::JobStatus budgets;
@@ -345,8 +351,9 @@ std::string ReasonOr(const std::string& fallback) {
 // Prints the outcome of a call that changed job `id`'s state (stop,
 // resume): its new state and message, or the job as JSON.
 int PrintStateChange(uint64_t id, const grpc::Status& status,
-                     const v1::JobStatus& job) {
+                     v1::JobStatus job) {
   if (!status.ok()) return Fail(Describe(status));
+  EscapeStringFields(&job);
   if (Json()) {
     std::printf("%s\n", ToJson(job).c_str());
   } else {
@@ -394,6 +401,7 @@ int JobWatch(v1::Coordinator::Stub& stub, uint64_t id) {
   bool any = false;
   while (reader->Read(&event)) {
     any = true;
+    EscapeStringFields(&event);
     last = event.job();
     if (Json()) {
       std::printf("%s\n", ToJson(event).c_str());
@@ -432,6 +440,7 @@ int Workers(v1::Coordinator::Stub& stub) {
   v1::ListWorkersResponse response;
   grpc::Status status = stub.ListWorkers(Context().get(), request, &response);
   if (!status.ok()) return Fail(Describe(status));
+  EscapeStringFields(&response);
   if (Json()) {
     std::printf("%s\n", ToJson(response).c_str());
     return kOk;

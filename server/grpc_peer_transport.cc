@@ -145,7 +145,8 @@ absl::StatusOr<FetchedModel> GrpcPeerTransport::FetchModel(
   request.set_encoding(options.encoding);
   request.set_chunk_bytes(options.chunk_bytes);
   auto reader = stub->FetchModel(&context, request);
-  ModelAssembler assembler(options.job_id, self_id(), options.max_elements);
+  ModelAssembler assembler(options.job_id, self_id(), options.max_elements,
+                           options.expected_elements);
   v1::ExchangeChunk chunk;
   while (reader->Read(&chunk)) {
     absl::Status status = assembler.Add(chunk);

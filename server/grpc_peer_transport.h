@@ -55,6 +55,9 @@ struct FetchModelOptions {
   uint32_t chunk_bytes = 1u << 20;
   absl::Time deadline = absl::InfiniteFuture();
   uint64_t max_elements = uint64_t{1} << 32;
+  // The joiner's own model size: the sender's announced size must equal
+  // it before anything is allocated (0 = not known: max_elements only).
+  uint64_t expected_elements = 0;
 };
 
 class GrpcPeerTransport final : public PeerTransport {

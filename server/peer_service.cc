@@ -1,17 +1,42 @@
 #include "server/peer_service.h"
 
+#include <algorithm>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/log.h"
 #include "server/grpc_status.h"
 #include "worker/exchange/wire_codec.h"
 
 namespace gasloc {
 
 PeerService::PeerService(Mailbox* mailbox, PeerServiceOptions options)
-    : mailbox_(mailbox), options_(std::move(options)) {}
+    : mailbox_(mailbox),
+      options_(std::move(options)),
+      limits_(options_.limits),
+      watchdog_([this] {
+        while (!stop_watchdog_.WaitForNotificationWithTimeout(
+            options_.watchdog_period)) {
+          if (const int n = limits_.CancelExpired(); n > 0)
+            GASLOC_LOG(WARNING) << "peer service: cancelled " << n
+                                << " inbound call(s) past their deadline";
+        }
+      }) {}
+
+PeerService::~PeerService() {
+  stop_watchdog_.Notify();
+  watchdog_.join();
+}
+
+std::string PeerService::PeerHost(const grpc::ServerContext& context) {
+  const std::string peer = context.peer();
+  const size_t colon = peer.rfind(':');
+  const size_t scheme = peer.find(':');
+  return colon == std::string::npos || colon == scheme ? peer
+                                                       : peer.substr(0, colon);
+}
 
 void PeerService::SetModelProvider(ModelProvider provider) {
   absl::MutexLock lock(&mu_);
@@ -26,14 +51,37 @@ void PeerService::SetRoundReporter(RoundReporter reporter) {
 grpc::Status PeerService::Exchange(
     grpc::ServerContext* context,
     grpc::ServerReaderWriter<v1::ExchangeChunk, v1::ExchangeChunk>* stream) {
-  // The dialer's deadline bounds how long an early chunk may wait.
-  const absl::Time deadline = absl::FromChrono(context->deadline());
+  auto ticket = limits_.Admit(PeerHost(*context), InboundKind::kExchange,
+                              [context] { context->TryCancel(); });
+  if (!ticket.ok()) return ToGrpcStatus(ticket.status());
+  // The dialer's deadline bounds how long an early chunk may wait, and
+  // so does the server's own total deadline.
+  const absl::Time deadline =
+      std::min(absl::FromChrono(context->deadline()),
+               absl::Now() + options_.limits.exchange_total_timeout);
+  grpc::Status status = ExchangeAdmitted(stream, deadline, **ticket);
+  if (const std::string why = (*ticket)->cancelled_because(); !why.empty()) {
+    GASLOC_LOG(WARNING) << "Exchange stream from " << context->peer()
+                        << " cancelled: " << why;
+    return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                        absl::StrCat("stream cancelled by the receiver: ", why));
+  }
+  return status;
+}
+
+grpc::Status PeerService::ExchangeAdmitted(
+    grpc::ServerReaderWriter<v1::ExchangeChunk, v1::ExchangeChunk>* stream,
+    absl::Time deadline, InboundLimits::Ticket& ticket) {
   std::unique_ptr<Mailbox::InboundStream> inbound = mailbox_->OpenStream();
   v1::ExchangeChunk chunk;
   uint64_t chunks = 0;
   while (stream->Read(&chunk)) {
     ++chunks;
+    // Waiting in the mailbox (an early chunk before its registration) is
+    // not idleness.
+    ticket.SetBusy(true);
     absl::Status status = inbound->Accept(chunk, deadline);
+    ticket.SetBusy(false);
     if (!status.ok()) {
       inbound->End(status);
       return ToGrpcStatus(status);
@@ -66,19 +114,35 @@ grpc::Status PeerService::FetchModel(
   uint32_t chunk_bytes = request->chunk_bytes() == 0
                              ? options_.default_fetch_chunk_bytes
                              : request->chunk_bytes();
-  if (chunk_bytes > options_.max_fetch_chunk_bytes)
-    return ToGrpcStatus(absl::InvalidArgumentError(
-        absl::StrCat("chunk_bytes ", chunk_bytes, " exceeds the limit ",
-                     options_.max_fetch_chunk_bytes)));
+  if (chunk_bytes > options_.max_fetch_chunk_bytes ||
+      chunk_bytes < options_.min_fetch_chunk_bytes)
+    return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
+        "chunk_bytes must be in [", options_.min_fetch_chunk_bytes, ", ",
+        options_.max_fetch_chunk_bytes, "], got ", chunk_bytes)));
+  auto ticket = limits_.Admit(PeerHost(*context), InboundKind::kFetch,
+                              [context] { context->TryCancel(); });
+  if (!ticket.ok()) return ToGrpcStatus(ticket.status());
   absl::StatusOr<ModelSnapshot> snapshot = provider(request->job_id());
   if (!snapshot.ok()) return ToGrpcStatus(snapshot.status());
   if (snapshot->job_id != request->job_id())
     return ToGrpcStatus(absl::FailedPreconditionError(
         absl::StrCat("worker ", mailbox_->self_id(), " holds job ",
                      snapshot->job_id, ", not job ", request->job_id())));
-  return ToGrpcStatus(ModelChunks(
+  absl::Status sent = ModelChunks(
       *snapshot, mailbox_->self_id(), request->encoding(), chunk_bytes,
-      [&](const v1::ExchangeChunk& chunk) { return writer->Write(chunk); }));
+      [&](const v1::ExchangeChunk& chunk) {
+        const bool ok = writer->Write(chunk);
+        (*ticket)->Touch();
+        return ok;
+      });
+  if (const std::string why = (*ticket)->cancelled_because(); !why.empty()) {
+    GASLOC_LOG(WARNING) << "FetchModel from " << context->peer()
+                        << " cancelled: " << why;
+    return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                        absl::StrCat("FetchModel cancelled by the server: ",
+                                     why));
+  }
+  return ToGrpcStatus(sent);
 }
 
 grpc::Status PeerService::Ping(grpc::ServerContext* context,

@@ -13,6 +13,14 @@
 //               MODEL chunks, then OUTER_STATE chunks.
 //   Ping        this worker's id and the (job, round) it reports.
 //
+// Limits (worker/exchange/inbound_limits.h): each Exchange stream and
+// FetchModel call is admitted per peer host (RESOURCE_EXHAUSTED over the
+// cap) and cancelled by a watchdog thread when it stays silent past the
+// idle deadline or open past the total one (the dialer sees CANCELLED:
+// a synchronous gRPC server can end a blocked read only so; the log says
+// which deadline); FetchModel's chunk_bytes must be in [min_fetch_chunk_bytes,
+// max_fetch_chunk_bytes].
+//
 // On shutdown call Mailbox::Shutdown() before stopping the server: open
 // transfers and waiting streams then end at once with UNAVAILABLE.
 //
@@ -23,6 +31,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
+#include <thread>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
@@ -30,6 +40,8 @@
 #include "absl/synchronization/mutex.h"
 #include "gasloc/v1/peer.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
+#include "absl/synchronization/notification.h"
+#include "worker/exchange/inbound_limits.h"
 #include "worker/exchange/mailbox.h"
 #include "worker/exchange/model_fetch.h"
 
@@ -43,6 +55,12 @@ struct PeerServiceOptions {
   // most a request may ask for (keep it under the clients' receive limit).
   uint32_t default_fetch_chunk_bytes = 1u << 20;
   uint32_t max_fetch_chunk_bytes = 3u << 20;
+  // The least a request may ask for (tiny chunks cost a message each).
+  uint32_t min_fetch_chunk_bytes = 4096;
+  // Per-peer caps and server-side deadlines of inbound calls.
+  InboundLimitsOptions limits;
+  // How often the watchdog looks for calls past their deadlines.
+  absl::Duration watchdog_period = absl::Milliseconds(200);
 };
 
 class PeerService final : public v1::Peer::Service {
@@ -50,6 +68,7 @@ class PeerService final : public v1::Peer::Service {
   // `mailbox` (not owned) is the local worker's; it must outlive the
   // service. Its self_id is this worker's id.
   PeerService(Mailbox* mailbox, PeerServiceOptions options = {});
+  ~PeerService() override;
 
   // Without a provider FetchModel answers FAILED_PRECONDITION.
   void SetModelProvider(ModelProvider provider);
@@ -68,8 +87,17 @@ class PeerService final : public v1::Peer::Service {
                     v1::PingResponse* response) override;
 
  private:
+  // The caller's host ("ipv4:10.0.0.2" from "ipv4:10.0.0.2:51234").
+  static std::string PeerHost(const grpc::ServerContext& context);
+  grpc::Status ExchangeAdmitted(
+      grpc::ServerReaderWriter<v1::ExchangeChunk, v1::ExchangeChunk>* stream,
+      absl::Time deadline, InboundLimits::Ticket& ticket);
+
   Mailbox* const mailbox_;
   const PeerServiceOptions options_;
+  InboundLimits limits_;
+  absl::Notification stop_watchdog_;
+  std::thread watchdog_;
   absl::Mutex mu_;
   ModelProvider model_provider_ ABSL_GUARDED_BY(mu_);
   RoundReporter round_reporter_ ABSL_GUARDED_BY(mu_);

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <thread>
 
@@ -48,9 +49,21 @@ ABSL_FLAG(std::string, data_dir, "",
           "(resolved under it). Empty = none: checkpoints are named by the "
           "worker id and relative directories are under the working "
           "directory.");
+ABSL_FLAG(std::string, corpus_root, "",
+          "Directory every job's data.corpus_path must resolve inside "
+          "(symbolic links and '..' followed first); a job naming a file "
+          "elsewhere fails to set up with the reason. Empty = any readable "
+          "file (a warning at start): set it wherever job specs come from "
+          "more than one person.");
+ABSL_FLAG(std::string, checkpoint_root, "",
+          "Directory every job's checkpoint.directory must resolve inside; "
+          "empty = --data_dir (anywhere without one: a warning at start).");
 ABSL_FLAG(int, checkpoints_kept, 2,
           "Checkpoints kept per job: the latest and the previous ones "
           "(<path>.1 ...), tried newest first when one is damaged. >= 1.");
+ABSL_FLAG(std::string, metrics_address, "0.0.0.0",
+          "Address the /metrics endpoint binds (0.0.0.0 = every interface, "
+          "127.0.0.1 = this machine only); it serves plain HTTP.");
 ABSL_FLAG(int, metrics_port, 0,
           "Port of the Prometheus /metrics endpoint (0 = off).");
 ABSL_FLAG(std::string, tls_cert, "", "PEM certificate (enables TLS).");
@@ -70,6 +83,22 @@ std::string AdvertisedAddress(const std::string& listen, int port) {
     host = name;
   }
   return absl::StrCat(host, ":", port);
+}
+
+// The memory this worker may use, measured at start: the machine's
+// physical memory, or less when a cgroup limit (systemd MemoryMax, a
+// Kubernetes memory limit) says so. Reported at registration; jobs that
+// need more are refused (common/job_size.h).
+uint64_t MeasuredMemoryBytes() {
+  uint64_t bytes =
+      static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
+  for (const char* limit_file : {"/sys/fs/cgroup/memory.max",
+                                 "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
+    std::ifstream in(limit_file);
+    uint64_t limit = 0;
+    if (in >> limit && limit > 0 && limit < bytes) bytes = limit;
+  }
+  return bytes;
 }
 
 int RunWorker() {
@@ -107,8 +136,7 @@ int RunWorker() {
   options.info.set_address(
       AdvertisedAddress(server_options.listen_address, *port));
   options.info.set_cores(std::thread::hardware_concurrency());
-  options.info.set_memory_bytes(
-      static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE));
+  options.info.set_memory_bytes(MeasuredMemoryBytes());
   options.info.set_software_version(kGaslocVersion);
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);
@@ -121,7 +149,8 @@ int RunWorker() {
   std::unique_ptr<prometheus::Exposer> exposer;
   if (absl::GetFlag(FLAGS_metrics_port) != 0) {
     auto started = StartMetricsEndpoint(absl::GetFlag(FLAGS_metrics_port),
-                                        {registry, metrics.scrape_gauges()});
+                                        {registry, metrics.scrape_gauges()},
+                                        absl::GetFlag(FLAGS_metrics_address));
     if (!started.ok()) {
       GASLOC_LOG(ERROR) << "gasloc-worker: " << started.status();
       return 1;
@@ -130,6 +159,17 @@ int RunWorker() {
     options.metrics = &metrics;
   }
   options.checkpoints_kept = std::max(1, absl::GetFlag(FLAGS_checkpoints_kept));
+  options.corpus_root = absl::GetFlag(FLAGS_corpus_root);
+  options.checkpoint_root = absl::GetFlag(FLAGS_checkpoint_root).empty()
+                                ? absl::GetFlag(FLAGS_data_dir)
+                                : absl::GetFlag(FLAGS_checkpoint_root);
+  if (options.checkpoint_root.empty())
+    GASLOC_LOG(WARNING) << "gasloc-worker: no --checkpoint_root or "
+                           "--data_dir: a job may write checkpoints wherever "
+                           "this process can write";
+  if (options.corpus_root.empty())
+    GASLOC_LOG(WARNING) << "gasloc-worker: no --corpus_root: a job may name "
+                           "any file this process can read as its corpus";
   if (const std::string dir = absl::GetFlag(FLAGS_data_dir); !dir.empty()) {
     options.data_dir = dir;
     // One worker per state directory: the lock is held (the descriptor
@@ -155,10 +195,12 @@ int RunWorker() {
   }
 
   ModelFetcher fetcher = [&transport](const v1::PeerAssignment& source,
-                                      uint64_t job_id, uint64_t self_id) {
+                                      uint64_t job_id, uint64_t self_id,
+                                      uint64_t model_elements) {
     FetchModelOptions fetch;
     fetch.address = source.address();
     fetch.job_id = job_id;
+    fetch.expected_elements = model_elements;
     fetch.deadline = absl::Now() + absl::Minutes(5);
     return transport.FetchModel(fetch);
   };

@@ -52,10 +52,13 @@ class CoordinatorTest : public ::testing::Test {
     coord_.reset();
     CoordinatorOptions options;
     options.lease = kLease;
+    options.retention = retention_;
     auto c = Coordinator::Create(options, std::move(store), &clock_);
     ASSERT_TRUE(c.ok()) << c.status();
     coord_ = std::move(*c);
   }
+
+  JobRetention retention_;  // what Make() configures
 
   uint64_t Register(const std::string& address = "") {
     v1::RegisterWorkerRequest req;
@@ -562,7 +565,10 @@ TEST_F(CoordinatorTest, ReportErrors) {
   EXPECT_EQ(Ask(a, job, 7).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
-TEST_F(CoordinatorTest, NonFiniteLossFailsTheJob) {
+// A completed round with a non-finite loss is malformed (an honest worker
+// whose loss is not finite reports ROUND_OUTCOME_FAILED): it is refused,
+// naming the field, and the job runs on (one caller cannot fail it).
+TEST_F(CoordinatorTest, NonFiniteLossIsRefusedAndTheJobRunsOn) {
   const uint64_t a = Register();
   const uint64_t job = Start(Spec());
   ASSERT_EQ(Ask(a, job, -1)->round(), 0u);
@@ -571,11 +577,79 @@ TEST_F(CoordinatorTest, NonFiniteLossFailsTheJob) {
   req.set_job_id(job);
   req.set_round(0);
   req.set_train_loss(std::numeric_limits<float>::quiet_NaN());
-  ASSERT_TRUE(coord_->ReportRound(req).ok());
+  const absl::Status refused = coord_->ReportRound(req);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.message(), HasSubstr("train_loss"));
   auto st = coord_->GetJob(job);
-  EXPECT_EQ(st->state(), v1::JOB_STATE_FAILED);
-  EXPECT_THAT(st->message(), HasSubstr("non-finite"));
-  EXPECT_TRUE(Beat(a, job)->abandon_job());
+  EXPECT_EQ(st->state(), v1::JOB_STATE_RUNNING);
+  EXPECT_FALSE(Beat(a, job)->abandon_job());
+  // A token count that would wrap the job's total and a step rate that
+  // would be infinite are refused too; the job's numbers are untouched.
+  req.set_train_loss(2.0f);
+  req.set_tokens(~uint64_t{0});
+  EXPECT_THAT(coord_->ReportRound(req).message(), HasSubstr("tokens"));
+  req.set_tokens(100);
+  req.set_inner_steps(8);
+  req.set_compute_seconds(5e-324);
+  EXPECT_THAT(coord_->ReportRound(req).message(),
+              HasSubstr("compute_seconds"));
+  EXPECT_EQ(coord_->GetJob(job)->tokens(), 0u);
+  req.set_compute_seconds(1.0);
+  EXPECT_TRUE(coord_->ReportRound(req).ok());
+  EXPECT_EQ(coord_->GetJob(job)->tokens(), 100u);
+}
+
+// StartJob with a job no live worker can hold (by the memory and cores the
+// workers reported) is refused naming the fields.
+TEST_F(CoordinatorTest, JobLargerThanEveryWorkerIsRefused) {
+  v1::RegisterWorkerRequest small;
+  small.mutable_info()->set_address("10.0.0.9:7000");
+  small.mutable_info()->set_cores(2);
+  small.mutable_info()->set_memory_bytes(uint64_t{1} << 30);  // 1 GiB
+  ASSERT_TRUE(coord_->RegisterWorker(small).ok());
+  v1::JobSpec big = Spec();
+  big.mutable_model()->set_layers(64);
+  big.mutable_model()->set_d_model(2048);
+  big.mutable_model()->set_heads(16);
+  auto refused = coord_->StartJob(big);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.status().message(), HasSubstr("model.layers"));
+  EXPECT_THAT(refused.status().message(), HasSubstr("GiB"));
+  v1::JobSpec threads = Spec();
+  threads.mutable_training()->set_threads(64);
+  EXPECT_THAT(coord_->StartJob(threads).status().message(),
+              HasSubstr("training.threads"));
+  EXPECT_TRUE(coord_->StartJob(Spec()).ok());
+}
+
+// Ended jobs are forgotten by count (the oldest beyond max_ended) and by
+// age, in memory and in the store; running jobs never are.
+TEST_F(CoordinatorTest, EndedJobsAreForgottenByCountAndAge) {
+  retention_ = {.max_ended = 2, .max_age = absl::Hours(1)};
+  auto store = Store::Open(":memory:");
+  ASSERT_TRUE(store.ok()) << store.status();
+  Make(std::move(*store));
+  std::vector<uint64_t> jobs;
+  for (int i = 0; i < 4; ++i) {
+    jobs.push_back(Start(Spec()));
+    clock_.Advance(absl::Seconds(1));
+    ASSERT_TRUE(coord_->StopJob(jobs.back(), "done").ok());
+  }
+  const uint64_t running = Start(Spec(/*min_workers=*/5));
+  coord_->Tick();
+  EXPECT_EQ(coord_->GetJob(jobs[0]).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(coord_->GetJob(jobs[1]).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_TRUE(coord_->GetJob(jobs[2]).ok());
+  EXPECT_TRUE(coord_->GetJob(jobs[3]).ok());
+  EXPECT_EQ(coord_->ListJobs().jobs_size(), 3);
+  clock_.Advance(absl::Hours(2));
+  coord_->Tick();
+  EXPECT_EQ(coord_->GetJob(jobs[3]).status().code(),
+            absl::StatusCode::kNotFound);
+  ASSERT_EQ(coord_->ListJobs().jobs_size(), 1);
+  EXPECT_EQ(coord_->ListJobs().jobs(0).job_id(), running);
 }
 
 TEST_F(CoordinatorTest, OrphanedJobFails) {

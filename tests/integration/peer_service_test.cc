@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "gasloc/v1/peer.grpc.pb.h"
 #include "gmock/gmock.h"
@@ -32,9 +33,9 @@ constexpr size_t kArena = 50000;
 // One worker's networking: mailbox, Peer service on a loopback port, and
 // the gRPC transport.
 struct Node {
-  explicit Node(uint64_t id)
+  explicit Node(uint64_t id, PeerServiceOptions service_options = {})
       : mailbox(Options(id)),
-        service(&mailbox),
+        service(&mailbox, service_options),
         runner(ServerOptions{.listen_address = "127.0.0.1:0",
                              .credentials = {},
                              .max_receive_message_bytes = 8 << 20}),
@@ -359,6 +360,78 @@ TEST_F(PeerServiceTest, FetchModelStreamsParamsAndOuterState) {
   options.address = a_.address;  // no provider installed
   EXPECT_EQ(a_.transport.FetchModel(options).status().code(),
             absl::StatusCode::kFailedPrecondition);
+}
+
+// Server-side limits: a stream that sends nothing is cancelled at the idle
+// deadline (it no longer holds a server thread until the dialer gives up),
+// FetchModel calls per peer are capped, and chunk_bytes is bounded below
+// and above.
+TEST(PeerServiceLimits, SilentStreamsFetchCapsAndChunkBytes) {
+  Node server(2, PeerServiceOptions{
+                     .limits = {.idle_timeout = absl::Seconds(1),
+                                .max_fetches_per_peer = 1}});
+  auto stub = v1::Peer::NewStub(grpc::CreateChannel(
+      server.address, grpc::InsecureChannelCredentials()));
+  {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+    auto stream = stub->Exchange(&context);
+    const absl::Time start = absl::Now();
+    v1::ExchangeChunk ack;
+    EXPECT_FALSE(stream->Read(&ack));  // the server ends it
+    const grpc::Status status = stream->Finish();
+    EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+    // gRPC's synchronous server can end a blocked read only by cancelling
+    // the call: the dialer sees CANCELLED, the receiver logs why.
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::CANCELLED)
+        << status.error_message();
+    EXPECT_THAT(status.error_message(), HasSubstr("server side"));
+  }
+  // A model provider that blocks until released keeps one fetch open.
+  absl::Notification release;
+  server.service.SetModelProvider(
+      [&](uint64_t job) -> absl::StatusOr<ModelSnapshot> {
+        release.WaitForNotificationWithTimeout(absl::Seconds(20));
+        auto params = std::make_shared<std::vector<float>>(10, 1.0f);
+        ModelSnapshot s;
+        s.job_id = job;
+        s.params = *params;
+        s.keep_alive = params;
+        return s;
+      });
+  v1::FetchModelRequest request;
+  request.set_job_id(4);
+  request.set_chunk_bytes(4);
+  {
+    grpc::ClientContext context;
+    auto reader = stub->FetchModel(&context, request);
+    v1::ExchangeChunk chunk;
+    while (reader->Read(&chunk)) {
+    }
+    const grpc::Status tiny = reader->Finish();
+    EXPECT_EQ(tiny.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(tiny.error_message(), HasSubstr("chunk_bytes"));
+  }
+  request.set_chunk_bytes(64 << 10);
+  grpc::ClientContext first_context;
+  auto first = stub->FetchModel(&first_context, request);
+  absl::SleepFor(absl::Milliseconds(300));  // the first call is admitted
+  {
+    grpc::ClientContext context;
+    auto reader = stub->FetchModel(&context, request);
+    v1::ExchangeChunk chunk;
+    while (reader->Read(&chunk)) {
+    }
+    const grpc::Status second = reader->Finish();
+    EXPECT_EQ(second.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+        << second.error_message();
+  }
+  release.Notify();
+  v1::ExchangeChunk chunk;
+  int chunks = 0;
+  while (first->Read(&chunk)) ++chunks;
+  EXPECT_TRUE(first->Finish().ok());
+  EXPECT_GT(chunks, 0);
 }
 
 TEST_F(PeerServiceTest, PingReportsIdJobAndRound) {

@@ -63,14 +63,18 @@ void Cluster::RestartCoordinator(bool delete_database) {
   StartCoordinator(coordinator_metrics_port_);  // on address_
 }
 
-void Cluster::StartWorkers(int n, const std::vector<int>& metrics_ports) {
+void Cluster::StartWorkers(int n, const std::vector<int>& metrics_ports,
+                           const std::vector<std::string>& extra_args) {
   for (int i = 0; i < n; ++i) {
     const std::string log = absl::StrCat(dir_, "/worker", workers_.size(), ".log");
     std::vector<std::string> argv = {
         BinaryPath("gasloc-worker"), absl::StrCat("--coordinator=", address_),
         "--listen=127.0.0.1:0", "--threads=1",
         // One state directory per worker (its stable name and lock).
-        absl::StrCat("--data_dir=", dir_, "/worker", workers_.size())};
+        absl::StrCat("--data_dir=", dir_, "/worker", workers_.size()),
+        // The specs' checkpoint directory is <dir>/ckpt, shared.
+        absl::StrCat("--checkpoint_root=", dir_)};
+    argv.insert(argv.end(), extra_args.begin(), extra_args.end());
     if (i < static_cast<int>(metrics_ports.size()) && metrics_ports[i] != 0)
       argv.push_back(absl::StrCat("--metrics_port=", metrics_ports[i]));
     argv.insert(argv.end(), worker_flags_.begin(), worker_flags_.end());

@@ -34,7 +34,9 @@ class Cluster {
   void RestartCoordinator(bool delete_database);
   // Starts `n` workers; worker i gets a /metrics endpoint on
   // metrics_ports[i] when that exists and is not 0.
-  void StartWorkers(int n, const std::vector<int>& metrics_ports = {});
+  // `extra_args` are appended to every worker's command line.
+  void StartWorkers(int n, const std::vector<int>& metrics_ports = {},
+                    const std::vector<std::string>& extra_args = {});
 
   // Flags every worker started from now on gets too (e.g.
   // "--checkpoints_kept=8").

@@ -123,6 +123,22 @@ void DriveWorker(WorkerMetrics& metrics, uint64_t job_id) {
   metrics.RecordCheckpoint(0.05);
 }
 
+// --metrics_address: the endpoint binds where it is told (127.0.0.1: this
+// machine only); a malformed or foreign address is a clear error.
+TEST(MetricsEndpoint, BindsTheConfiguredAddress) {
+  auto registry = std::make_shared<prometheus::Registry>();
+  const int port = PickFreePort();
+  auto local = StartMetricsEndpoint(port, {registry}, "127.0.0.1");
+  ASSERT_TRUE(local.ok()) << local.status();
+  EXPECT_TRUE(HttpGet(port, "/metrics").ok());
+  auto bad = StartMetricsEndpoint(PickFreePort(), {registry}, "a, b");
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad.status().message()),
+              ::testing::HasSubstr("--metrics_address"));
+  auto foreign = StartMetricsEndpoint(PickFreePort(), {registry}, "203.0.113.7");
+  EXPECT_EQ(foreign.status().code(), absl::StatusCode::kUnavailable);
+}
+
 TEST(WorkerMetricsTest, EndpointMatchesDocsAndCountsARound) {
   auto registry = std::make_shared<prometheus::Registry>();
   FakeClock clock;
@@ -198,6 +214,7 @@ TEST(WorkerMetricsTest, FailureReasonsFromStatusCodes) {
   EXPECT_EQ(ExchangeFailureReason(absl::StatusCode::kDeadlineExceeded), "deadline");
   EXPECT_EQ(ExchangeFailureReason(absl::StatusCode::kDataLoss), "invalid");
   EXPECT_EQ(ExchangeFailureReason(absl::StatusCode::kFailedPrecondition), "rejected");
+  EXPECT_EQ(ExchangeFailureReason(absl::StatusCode::kPermissionDenied), "poisoned");
   EXPECT_EQ(ExchangeFailureReason(absl::StatusCode::kResourceExhausted), "other");
 }
 

@@ -3,13 +3,16 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <new>
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "common/job_size.h"
 #include "common/job_spec.h"
 #include "common/link_bandwidth.h"
 #include "common/log.h"
 #include "common/status_macros.h"
+#include "worker/daemon/path_confinement.h"
 
 namespace gasloc {
 
@@ -251,9 +254,25 @@ absl::StatusOr<WorkerDaemon::Job*> WorkerDaemon::PrepareJob(
   if (job_ != nullptr && job_->job_id == assignment.job_id()) return job_.get();
   if (job_ != nullptr) DropJob("a new job was assigned");
   RETURN_IF_ERROR(ValidateJobSpec(assignment.spec()));
+  // Before anything is allocated: a job this worker cannot hold is an
+  // error for the job (reported), never std::bad_alloc.
+  RETURN_IF_ERROR(CheckJobFitsWorker(assignment.spec(), options_.info));
   auto job = std::make_unique<Job>();
   job->job_id = assignment.job_id();
   job->spec = ApplyJobSpecDefaults(assignment.spec());
+  ASSIGN_OR_RETURN(const std::string corpus,
+                   ConfinePath("data.corpus_path",
+                               job->spec.data().corpus_path(),
+                               options_.corpus_root));
+  job->spec.mutable_data()->set_corpus_path(corpus);
+  if (std::filesystem::path dir = job->spec.checkpoint().directory();
+      !dir.empty()) {
+    if (dir.is_relative()) dir = std::filesystem::path(options_.data_dir) / dir;
+    ASSIGN_OR_RETURN(const std::string confined,
+                     ConfinePath("checkpoint.directory", dir.string(),
+                                 options_.checkpoint_root));
+    job->spec.mutable_checkpoint()->set_directory(confined);
+  }
   const int threads = job->spec.training().threads() > 0
                           ? static_cast<int>(job->spec.training().threads())
                           : options_.threads;
@@ -294,7 +313,8 @@ absl::StatusOr<WorkerDaemon::Job*> WorkerDaemon::PrepareJob(
         absl::StrCat("fetching the model from worker ",
                      assignment.model_source().worker_id());
     auto model = model_fetcher_(assignment.model_source(), job->job_id,
-                                worker_id_.load());
+                                worker_id_.load(),
+                                job->trainer->params().size());
     if (model.ok())
       fetch_error = Annotate(job->runner->InstallFetchedModel(*model), what);
     else
@@ -406,7 +426,15 @@ absl::Status WorkerDaemon::RunAssignment(const v1::Assignment& assignment,
                                          v1::RoundOutcome* outcome) {
   absl::MutexLock job_lock(&job_mu_);
   *outcome = v1::ROUND_OUTCOME_SETUP_FAILED;
-  auto prepared = PrepareJob(assignment);
+  absl::StatusOr<Job*> prepared = absl::InternalError("not prepared");
+  try {
+    prepared = PrepareJob(assignment);
+  } catch (const std::bad_alloc&) {
+    // What the memory estimate (CheckJobFitsWorker) missed: the job fails
+    // on this worker, the daemon lives on.
+    prepared = absl::ResourceExhaustedError(
+        "out of memory while allocating the model (std::bad_alloc)");
+  }
   if (!prepared.ok()) {
     // Nothing of the job was kept (heartbeats say idle); the next
     // assignment tries again.
@@ -433,7 +461,17 @@ absl::Status WorkerDaemon::RunAssignment(const v1::Assignment& assignment,
   if (options_.metrics != nullptr)
     options_.metrics->RecordRoundStart(assignment.local_steps());
   const absl::Time round_start = clock_.Now();
-  auto report = job->runner->RunRound(assignment);
+  absl::StatusOr<v1::ReportRoundRequest> report =
+      absl::InternalError("not run");
+  try {
+    report = job->runner->RunRound(assignment);
+  } catch (const std::bad_alloc&) {
+    // The job's state may be half-updated: drop it without a checkpoint.
+    job->last_round = -1;
+    DropJob("out of memory during a round");
+    return absl::ResourceExhaustedError(
+        "out of memory during the round (std::bad_alloc); job dropped");
+  }
   if (!report.ok()) {
     bool abandoned;
     {

@@ -61,6 +61,12 @@ struct WorkerDaemonOptions {
   // The worker's state directory (--data_dir): a job's relative
   // checkpoint.directory resolves under it.
   std::string data_dir = ".";
+  // Where a job's files may be (worker/daemon/path_confinement.h): its
+  // data.corpus_path must resolve inside corpus_root (--corpus_root), its
+  // checkpoint.directory (a relative one under data_dir) inside
+  // checkpoint_root (--checkpoint_root, else --data_dir). Empty = anywhere.
+  std::string corpus_root;
+  std::string checkpoint_root;
   // The worker's stable name (LoadOrCreateWorkerName: kept in data_dir, the
   // same across restarts), which names its checkpoints, so a restarted
   // worker (a new worker id) finds its own. Empty = "w<worker id>".
@@ -105,8 +111,11 @@ using TrainerFactory = std::function<absl::StatusOr<std::unique_ptr<InnerTrainer
 
 // Pulls a running job's model (parameters, outer state, inner optimizer
 // state and the member's next round) from a member (Peer.FetchModel).
+// `model_elements` is the joiner's own model size (its parameter arena):
+// the announced sizes are checked against it before any allocation.
 using ModelFetcher = std::function<absl::StatusOr<FetchedModel>(
-    const v1::PeerAssignment& source, uint64_t job_id, uint64_t self_id)>;
+    const v1::PeerAssignment& source, uint64_t job_id, uint64_t self_id,
+    uint64_t model_elements)>;
 
 class WorkerDaemon {
  public:

@@ -73,8 +73,11 @@ absl::Status ModelChunks(
 }
 
 ModelAssembler::ModelAssembler(uint64_t job_id, uint64_t requester_id,
-                               uint64_t max_elements)
-    : requester_id_(requester_id), max_elements_(max_elements) {
+                               uint64_t max_elements,
+                               uint64_t expected_elements)
+    : requester_id_(requester_id),
+      max_elements_(max_elements),
+      expected_elements_(expected_elements) {
   model_.job_id = job_id;
 }
 
@@ -102,6 +105,10 @@ absl::Status ModelAssembler::Start(const v1::ChunkHeader& h) {
     return absl::InvalidArgumentError(absl::StrCat(
         "sender announces ", n, " elements, more than the limit ",
         max_elements_));
+  if (part == 0 && expected_elements_ != 0 && n != expected_elements_)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sender announces a model of ", n, " elements, this job's model has ",
+        expected_elements_));
   if (part == 0) {
     model_.round = h.round();
     model_.sender_id = h.sender_id();

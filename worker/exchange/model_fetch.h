@@ -65,9 +65,13 @@ struct FetchedModel {
 
 class ModelAssembler {
  public:
-  // `max_elements` bounds the arena size a sender may announce.
+  // `max_elements` bounds the arena size a sender may announce;
+  // `expected_elements` (0 = unknown) is the requester's own model size,
+  // which the announced size must equal: both are checked before anything
+  // is allocated.
   ModelAssembler(uint64_t job_id, uint64_t requester_id,
-                 uint64_t max_elements = uint64_t{1} << 32);
+                 uint64_t max_elements = uint64_t{1} << 32,
+                 uint64_t expected_elements = 0);
 
   // Checks one chunk (job, phase order, sender and round consistent with
   // the first chunk, geometry, checksum, finite values, contiguous order)
@@ -83,6 +87,7 @@ class ModelAssembler {
 
   const uint64_t requester_id_;
   const uint64_t max_elements_;
+  const uint64_t expected_elements_;
   FetchedModel model_;
   int part_ = -1;               // index into the part order; -1 = none yet
   bool part_complete_ = false;  // the current part's last chunk arrived

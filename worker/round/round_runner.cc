@@ -87,7 +87,8 @@ RoundRunner::RoundRunner(RoundRunnerOptions options, InnerTrainer* trainer,
       y_(trainer->params().shared_layout()),
       y_prev_(trainer->params()),  // y_{-1} = theta_0 (algorithms.md s.3)
       momentum_(trainer->params().shared_layout()),
-      scratch_(trainer->params().shared_layout()) {}
+      scratch_(trainer->params().shared_layout()),
+      poison_guard_(options_.spec.exchange().poison_distance_ratio()) {}
 
 void RoundRunner::Progress(const RoundProgress& progress) const {
   if (options_.on_progress) options_.on_progress(progress);
@@ -455,6 +456,21 @@ void RoundRunner::GossipExchange(const v1::Assignment& assignment,
       max_send_seconds = std::max(max_send_seconds, outcome.seconds);
     }
   }
+  // Poisoning guard: a committed model too far from ours is refused before
+  // the edge confirmation, so both ends drop the edge.
+  std::vector<double> distance(peer_count, -1);
+  for (int k = 0; k < peer_count; ++k) {
+    if (!received[k].ok()) continue;
+    distance[k] = L2Distance(gossiped, received_[k].flat());
+    absl::Status guard = poison_guard_.Check(distance[k]);
+    if (guard.ok()) continue;
+    received[k] = guard;
+    report->add_refused_peers(assignment.peers(k).worker_id());
+    ++models_refused_;
+    GASLOC_LOG(WARNING) << "job " << options_.job_id << " round "
+                        << assignment.round() << ": worker "
+                        << assignment.peers(k).worker_id() << ": " << guard;
+  }
   std::vector<absl::Status> edge = ConfirmGossipEdges(assignment, received,
                                                       sent, report);
   std::string failure;
@@ -476,7 +492,10 @@ void RoundRunner::GossipExchange(const v1::Assignment& assignment,
     if (!edge_ok[k]) continue;
     neighbors.push_back({.y = received_[k].flat(),
                          .weight = assignment.peers(k).weight()});
-    const double d = L2Distance(gossiped, received_[k].flat());
+    const double d = distance[k] >= 0
+                         ? distance[k]
+                         : L2Distance(gossiped, received_[k].flat());
+    poison_guard_.Accept(d);
     squared_sum += d * d;
   }
   if (!neighbors.empty())

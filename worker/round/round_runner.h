@@ -41,6 +41,7 @@
 #include "worker/exchange/model_fetch.h"
 #include "worker/exchange/peer_transport.h"
 #include "worker/round/inner_trainer.h"
+#include "worker/round/poison_guard.h"
 #include "worker/round/ring_all_reduce.h"
 
 namespace gasloc {
@@ -129,6 +130,9 @@ class RoundRunner {
   // that of a completed round), which the coordinator compares.
   // Rounds in which this runner re-synchronised from another member.
   uint64_t resyncs() const { return resyncs_; }
+  // Gossiped models refused by the poisoning guard (worker/round/
+  // poison_guard.h), over this runner's life.
+  uint64_t models_refused() const { return models_refused_; }
 
   // Abandon the current round at the next inner-step boundary.
   void Cancel() { cancelled_ = true; }
@@ -233,6 +237,8 @@ class RoundRunner {
   std::vector<uint64_t> ring_failed_peers_;
   ResyncFetcher resync_fetcher_;
   uint64_t resyncs_ = 0;
+  PoisonGuard poison_guard_;
+  uint64_t models_refused_ = 0;
 };
 
 }  // namespace gasloc

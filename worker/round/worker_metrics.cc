@@ -9,8 +9,9 @@ using CounterFamily = prometheus::Family<prometheus::Counter>;
 using GaugeFamily_ = prometheus::Family<prometheus::Gauge>;
 using HistogramFamily = prometheus::Family<prometheus::Histogram>;
 
-constexpr const char* kFailureReasons[] = {"deadline", "unavailable", "invalid",
-                                           "rejected", "cancelled",   "other"};
+constexpr const char* kFailureReasons[] = {
+    "deadline", "unavailable", "invalid", "rejected",
+    "poisoned", "cancelled",   "other"};
 
 CounterFamily& Counter(prometheus::Registry& registry, const char* name,
                        const char* help) {
@@ -56,6 +57,8 @@ std::string ExchangeFailureReason(absl::StatusCode code) {
       return "invalid";
     case absl::StatusCode::kFailedPrecondition:
       return "rejected";
+    case absl::StatusCode::kPermissionDenied:
+      return "poisoned";
     case absl::StatusCode::kCancelled:
       return "cancelled";
     default:

@@ -41,8 +41,9 @@ namespace gasloc {
 // The `reason` label of gasloc_worker_exchange_failures_total for a failed
 // transfer's status code: deadline (timed out), unavailable, invalid
 // (INVALID_ARGUMENT / DATA_LOSS: bad chunk, checksum, non-finite values),
-// rejected (FAILED_PRECONDITION: wrong job, round or sender), cancelled,
-// other.
+// rejected (FAILED_PRECONDITION: wrong job, round or sender), poisoned
+// (PERMISSION_DENIED: the model was refused by the poisoning guard, too
+// far from this worker's), cancelled, other.
 std::string ExchangeFailureReason(absl::StatusCode code);
 
 class WorkerMetrics {

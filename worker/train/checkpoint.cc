@@ -10,9 +10,11 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <random>
 
 #include "absl/strings/str_cat.h"
 #include "common/crc32c.h"
+#include "common/job_spec.h"
 #include "common/status_macros.h"
 
 namespace gasloc {
@@ -114,6 +116,7 @@ class Reader {
     return true;
   }
   size_t pos() const { return pos_; }
+  size_t remaining() const { return size_ - pos_; }
 
  private:
   const uint8_t* data_;
@@ -216,6 +219,16 @@ absl::StatusOr<Header> CheckFile(const std::string& path,
   h.config.d_model = dims[1];
   h.config.heads = dims[2];
   h.config.context = dims[3];
+  // The dimensions size what a caller allocates (MakeModelLayout): within
+  // the JobSpec caps or the file is refused.
+  // (0 = no transformer: a test's or a tool's plain arenas.)
+  if (dims[0] < 0 || dims[0] > static_cast<int32_t>(kMaxLayers) ||
+      dims[1] < 0 || dims[1] > static_cast<int32_t>(kMaxDModel) ||
+      dims[2] < 0 || dims[2] > static_cast<int32_t>(kMaxDModel) ||
+      dims[3] < 0 || dims[3] > static_cast<int32_t>(kMaxContext))
+    return damaged(absl::StrCat("model dimensions out of range (layers ",
+                                dims[0], ", d_model ", dims[1], ", heads ",
+                                dims[2], ", context ", dims[3], ")"));
   reader->Get(&h.fingerprint);
   reader->Get(&h.total_floats);
   reader->Get(&h.step);
@@ -253,11 +266,17 @@ absl::Status ReadExtras(const std::string& path, Reader& reader,
     uint64_t floats = 0;
     std::string name;
     if (!reader.Get(&name_len)) return malformed("missing buffer name");
+    // Every length is checked against what is left before anything is
+    // allocated for it (a forged 4 GiB length is an error, not a resize).
+    if (name_len > kMaxCheckpointNameBytes || name_len > reader.remaining())
+      return malformed(absl::StrCat("buffer name length ", name_len,
+                                    " exceeds the limit or the file"));
     name.resize(name_len);
-    if (!reader.Read(name.data(), name_len) || !reader.Get(&floats) ||
-        floats > file_size / sizeof(float)) {
+    if (!reader.Read(name.data(), name_len) || !reader.Get(&floats))
       return malformed("bad buffer entry");
-    }
+    if (floats > reader.remaining() / sizeof(float))
+      return malformed(absl::StrCat("buffer \"", name, "\" length ", floats,
+                                    " floats exceeds the file"));
     std::vector<float> values(floats);
     if (!reader.Read(values.data(), floats * sizeof(float))) {
       return malformed(absl::StrCat("buffer \"", name, "\" runs past the end"));
@@ -270,11 +289,15 @@ absl::Status ReadExtras(const std::string& path, Reader& reader,
     uint64_t value_len = 0;
     std::string key, value;
     if (!reader.Get(&key_len)) return malformed("missing key");
+    if (key_len > kMaxCheckpointNameBytes || key_len > reader.remaining())
+      return malformed(absl::StrCat("key length ", key_len,
+                                    " exceeds the limit or the file"));
     key.resize(key_len);
-    if (!reader.Read(key.data(), key_len) || !reader.Get(&value_len) ||
-        value_len > file_size) {
+    if (!reader.Read(key.data(), key_len) || !reader.Get(&value_len))
       return malformed("bad key/value entry");
-    }
+    if (value_len > reader.remaining())
+      return malformed(absl::StrCat("value of \"", key, "\" length ",
+                                    value_len, " exceeds the file"));
     value.resize(value_len);
     if (!reader.Read(value.data(), value_len)) {
       return malformed(absl::StrCat("value of \"", key, "\" runs past the end"));
@@ -308,9 +331,25 @@ absl::Status WriteCheckpoint(const std::string& path,
   Serialize(view, 0, &counter);
   const uint64_t file_bytes = counter.bytes() + kTrailerBytes;
 
-  const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
-  std::FILE* file = std::fopen(tmp.c_str(), "wb");
-  if (file == nullptr) return IoError("cannot create", tmp);
+  // A fresh file with an unpredictable name, created exclusively and never
+  // through a symbolic link: a link planted at the temporary name cannot
+  // redirect the write (O_EXCL fails on any existing name, O_NOFOLLOW on a
+  // link), and rename() replaces a link at `path` itself, not its target.
+  std::random_device random;
+  const std::string tmp = absl::StrCat(
+      path, ".tmp.",
+      absl::Hex((uint64_t{random()} << 32) | random(), absl::kZeroPad16));
+  const int fd = ::open(tmp.c_str(),
+                        O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                        0600);
+  if (fd < 0) return IoError("cannot create", tmp);
+  std::FILE* file = ::fdopen(fd, "wb");
+  if (file == nullptr) {
+    absl::Status s = IoError("cannot open", tmp);
+    ::close(fd);
+    std::remove(tmp.c_str());
+    return s;
+  }
   Sink sink(file);
   Serialize(view, file_bytes, &sink);
   const uint32_t crc = sink.crc();

@@ -34,6 +34,9 @@
 namespace gasloc {
 
 inline constexpr uint32_t kCheckpointVersion = 1;
+// The longest buffer name or value key a checkpoint may hold; a longer
+// length field is a malformed file, refused before any allocation.
+inline constexpr uint32_t kMaxCheckpointNameBytes = 4096;
 
 // What the caller stores beside the trainer's own state.
 struct CheckpointExtras {

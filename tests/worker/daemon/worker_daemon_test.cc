@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <new>
 #include <set>
 #include <thread>
 #include <vector>
@@ -285,6 +286,7 @@ class WorkerDaemonTest : public ::testing::Test {
                                      int threads)
         -> absl::StatusOr<std::unique_ptr<InnerTrainer>> {
       shards_.push_back(shard);
+      if (throw_bad_alloc_) throw std::bad_alloc();
       if (!std::filesystem::exists(spec.data().corpus_path()))
         return absl::NotFoundError(absl::StrCat(
             "corpus ", spec.data().corpus_path(), " does not exist"));
@@ -341,6 +343,7 @@ class WorkerDaemonTest : public ::testing::Test {
   std::vector<uint64_t> ids_;
   std::vector<DataShard> shards_;
   FakeTrainer* trainer_ = nullptr;  // the last one built
+  bool throw_bad_alloc_ = false;    // the trainer factory runs out of memory
   std::unique_ptr<WorkerDaemon> daemon_;
 };
 
@@ -474,6 +477,68 @@ TEST_F(WorkerDaemonTest, JobWithAMissingCorpusIsAnErrorNotACrash) {
   ASSERT_EQ(coordinator_.reports().size(), 2u);
   EXPECT_EQ(coordinator_.reports()[1].job_id(), 10u);
   EXPECT_EQ(coordinator_.reports()[1].outcome(), v1::ROUND_OUTCOME_COMPLETED);
+}
+
+// Allocation failure while setting up a job is an error reported for the
+// job (SETUP_FAILED), never an abort; the daemon takes the next job.
+TEST_F(WorkerDaemonTest, OutOfMemoryIsAnErrorNotAnAbort) {
+  ASSERT_TRUE(daemon_->Register().ok());
+  throw_bad_alloc_ = true;
+  coordinator_.Hand(Round(12, 0, Spec(corpus_.string())));
+  daemon_->PollOnce();
+  EXPECT_EQ(daemon_->last_error().code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(daemon_->last_error().message(), HasSubstr("out of memory"));
+  ASSERT_EQ(coordinator_.reports().size(), 1u);
+  EXPECT_EQ(coordinator_.reports()[0].outcome(),
+            v1::ROUND_OUTCOME_SETUP_FAILED);
+  EXPECT_THAT(coordinator_.reports()[0].error(), HasSubstr("bad_alloc"));
+  throw_bad_alloc_ = false;
+  coordinator_.Hand(Round(12, 0, Spec(corpus_.string())));
+  daemon_->PollOnce();
+  ASSERT_EQ(coordinator_.reports().size(), 2u);
+  EXPECT_EQ(coordinator_.reports()[1].outcome(), v1::ROUND_OUTCOME_COMPLETED);
+}
+
+// A job bigger than the memory this worker measured is refused before
+// anything is allocated (no trainer built), naming the fields.
+TEST_F(WorkerDaemonTest, JobLargerThanThisWorkerIsRefusedBeforeAllocating) {
+  WorkerDaemonOptions options;
+  options.info.set_address("inproc:100");
+  options.info.set_cores(2);
+  options.info.set_memory_bytes(uint64_t{1} << 30);
+  options.retry_backoff = kBackoff;
+  options.clock = &clock_;
+  options.corpus_root = corpus_.parent_path().string();
+  daemon_.reset();
+  coordinator_.Reopen();  // the destroyed daemon cancelled its waits
+  daemon_ = std::make_unique<WorkerDaemon>(
+      options, &coordinator_, transport_.get(),
+      [this](const v1::JobSpec&, DataShard shard, int)
+          -> absl::StatusOr<std::unique_ptr<InnerTrainer>> {
+        shards_.push_back(shard);
+        return std::unique_ptr<InnerTrainer>(
+            std::make_unique<FakeTrainer>(FakeLayout(), 1.0f));
+      },
+      /*model_fetcher=*/nullptr);
+  ASSERT_TRUE(daemon_->Register().ok());
+  v1::JobSpec big = Spec(corpus_.string());
+  big.mutable_model()->set_layers(128);
+  big.mutable_model()->set_d_model(4096);
+  big.mutable_model()->set_heads(32);
+  coordinator_.Hand(Round(13, 0, big));
+  daemon_->PollOnce();
+  EXPECT_EQ(daemon_->last_error().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(daemon_->last_error().message(), HasSubstr("model.layers"));
+  EXPECT_TRUE(shards_.empty());
+  // A corpus outside --corpus_root is refused too.
+  coordinator_.Hand(Round(14, 0, Spec("/etc/shadow")));
+  daemon_->PollOnce();
+  EXPECT_EQ(daemon_->last_error().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(daemon_->last_error().message(),
+              HasSubstr("data.corpus_path /etc/shadow"));
+  EXPECT_THAT(daemon_->last_error().message(), HasSubstr("outside"));
+  EXPECT_TRUE(shards_.empty());
 }
 
 TEST_F(WorkerDaemonTest, InvalidJobSpecIsAnErrorNotACrash) {

@@ -64,6 +64,29 @@ TEST(ModelFetch, EmptyOuterStateIsOneEmptyLastChunk) {
   EXPECT_EQ(model->params.size(), 300u);
 }
 
+// A joining worker checks the announced size against its own model before
+// allocating anything: a sender announcing 2^32 elements (16 GiB) or just
+// another model size is refused on the first chunk.
+TEST(ModelFetch, AnnouncedSizeIsCheckedAgainstTheModelFirst) {
+  const auto params = Values(1000, 1), outer = Values(1000, -3);
+  auto chunks = Encode(params, outer, v1::WIRE_ENCODING_FP32);
+  {
+    ModelAssembler assembler(6, 9, uint64_t{1} << 32,
+                             /*expected_elements=*/1000);
+    for (const auto& c : chunks) ASSERT_TRUE(assembler.Add(c).ok());
+    ASSERT_TRUE(assembler.Finish().ok());
+  }
+  ModelAssembler assembler(6, 9, uint64_t{1} << 32,
+                           /*expected_elements=*/999);
+  const absl::Status refused = assembler.Add(chunks[0]);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.message(), HasSubstr("this job's model has 999"));
+  ModelAssembler huge(6, 9, uint64_t{1} << 32, /*expected_elements=*/1000);
+  v1::ExchangeChunk forged = chunks[0];
+  forged.mutable_header()->set_arena_elements(uint64_t{1} << 32);
+  EXPECT_THAT(huge.Add(forged).message(), HasSubstr("4294967296"));
+}
+
 TEST(ModelFetch, RejectsBadStreams) {
   const auto params = Values(1000, 1), outer = Values(1000, -3);
   auto chunks = Encode(params, outer, v1::WIRE_ENCODING_FP32);

@@ -505,6 +505,56 @@ TEST(RoundRunner, CorruptedPeerDataNeverReachesTheModel) {
   EXPECT_LT(w[1]->trainer.params().data()[0], 0.0f);
 }
 
+// Poisoning guard: after honest rounds, worker 2 gossips a model far from
+// everything it sent before (its parameters overwritten). Worker 1 refuses
+// it for the round (counted, reported in refused_peers and failed_peers,
+// its model untouched by it), the edge is dropped at both ends, and the
+// next honest round is used again.
+TEST(RoundRunner, FarAwayModelIsRefusedAndCounted) {
+  InProcessNetwork network;
+  v1::JobSpec spec = Spec(v1::ALGORITHM_GASLOC, 2000);
+  ASSERT_EQ(spec.exchange().poison_distance_ratio(), 10.0f);  // the default
+  std::vector<std::unique_ptr<SimWorker>> w;
+  w.push_back(std::make_unique<SimWorker>(network, 1, spec, +1.0f));
+  w.push_back(std::make_unique<SimWorker>(network, 2, spec, -1.0f));
+  uint64_t round = 0;
+  for (; round < 5; ++round) {
+    auto reports = RunAll(w, {GossipAssignment(round, 1, {2}, 0.5f, 3),
+                              GossipAssignment(round, 2, {1}, 0.5f, 3)});
+    for (auto& r : reports) {
+      ASSERT_TRUE(r.ok()) << r.status();
+      EXPECT_EQ(r->failed_peers_size(), 0) << "honest round " << round;
+      EXPECT_EQ(r->refused_peers_size(), 0);
+    }
+  }
+  FloatArena& attacker = w[1]->trainer.params();
+  const std::vector<float> honest(attacker.flat().begin(),
+                                  attacker.flat().end());
+  for (float& v : attacker.flat()) v = 1000.0f;
+  auto poisoned = RunAll(w, {GossipAssignment(round, 1, {2}, 0.5f, 3),
+                             GossipAssignment(round, 2, {1}, 0.5f, 3)});
+  ASSERT_TRUE(poisoned[0].ok()) << poisoned[0].status();
+  EXPECT_THAT(poisoned[0]->refused_peers(), ::testing::ElementsAre(2u));
+  EXPECT_THAT(poisoned[0]->failed_peers(), ::testing::ElementsAre(2u));
+  EXPECT_THAT(poisoned[0]->failure_reason(),
+              ::testing::HasSubstr("poisoning guard"));
+  EXPECT_EQ(w[0]->runner.models_refused(), 1u);
+  ASSERT_EQ(w[0]->runner.failure_codes().size(), 1u);
+  EXPECT_EQ(w[0]->runner.failure_codes()[0],
+            absl::StatusCode::kPermissionDenied);
+  for (float v : w[0]->trainer.params().flat()) ASSERT_LT(std::abs(v), 10.0f);
+  // Honest again: the edge is used by both ends.
+  std::copy(honest.begin(), honest.end(), attacker.flat().begin());
+  ++round;
+  auto after = RunAll(w, {GossipAssignment(round, 1, {2}, 0.5f, 3),
+                          GossipAssignment(round, 2, {1}, 0.5f, 3)});
+  for (auto& r : after) {
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->failed_peers_size(), 0);
+  }
+  EXPECT_EQ(w[0]->runner.models_refused(), 1u);
+}
+
 // Worker 2 commits worker 1's y but its acknowledgement is lost: worker 1
 // sees its send fail, worker 2 sees nothing wrong. Both ends must still
 // make the same decision about the edge (here: use it, since each

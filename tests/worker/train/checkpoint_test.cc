@@ -2,12 +2,14 @@
 
 #include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <limits>
 #include <string>
 
+#include "common/crc32c.h"
 #include "gtest/gtest.h"
 #include "tests/worker/train/tiny_trainer.h"
 #include "worker/train/trainer.h"
@@ -199,6 +201,70 @@ TEST_F(CheckpointTest, RefusesANonFiniteValue) {
             absl::StatusCode::kDataLoss);
   EXPECT_EQ(ReadCheckpointExtras(path_).status().code(),
             absl::StatusCode::kDataLoss);
+}
+
+// Writes `value` at `offset` of the checkpoint and fixes its CRC-32C, so
+// only the bounds checks can catch the forged field.
+void Forge(const std::string& path, size_t offset, uint32_t value) {
+  std::string bytes = ReadAll(path);
+  std::memcpy(bytes.data() + offset, &value, sizeof(value));
+  const uint32_t crc = Crc32c(bytes.data(), bytes.size() - 4);
+  std::memcpy(bytes.data() + bytes.size() - 4, &crc, sizeof(crc));
+  WriteAll(path, bytes);
+}
+
+// A forged name or key length (up to 4 GiB) is refused before anything is
+// allocated for it, naming the field.
+TEST_F(CheckpointTest, ForgedLengthsAreRefusedBeforeAllocating) {
+  ASSERT_TRUE(WriteCheckpoint(path_, View()).ok());
+  // The first buffer (map order: "empty"): its 4-byte name length, then
+  // the name.
+  const size_t name_len_at =
+      ReadAll(path_).find(std::string("\x05\0\0\0empty", 9));
+  ASSERT_NE(name_len_at, std::string::npos);
+  Forge(path_, name_len_at, 0xFFFFFFFFu);
+  for (const absl::Status& status :
+       {ReadCheckpoint(path_, layout_).status(),
+        ReadCheckpointExtras(path_).status()}) {
+    EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
+    EXPECT_NE(status.message().find("buffer name length 4294967295"),
+              std::string::npos)
+        << status;
+  }
+  // The last key ("round") with a forged length.
+  ASSERT_TRUE(WriteCheckpoint(path_, View()).ok());
+  const std::string bytes = ReadAll(path_);
+  const size_t key_at = bytes.rfind("round") - 4;
+  Forge(path_, key_at, 0xFFFFFFF0u);
+  const absl::Status key = ReadCheckpointExtras(path_).status();
+  EXPECT_NE(key.message().find("key length 4294967280"), std::string::npos)
+      << key;
+}
+
+// The temporary file is made exclusively under an unpredictable name and
+// never through a symbolic link: links planted at the old predictable name
+// (<path>.tmp.<pid>) and at the checkpoint's own name leave their targets
+// untouched.
+TEST_F(CheckpointTest, NeverWritesThroughAPlantedSymlink) {
+  const std::string victim = (dir_ / "victim").string();
+  WriteAll(victim, "precious");
+  std::filesystem::create_symlink(victim, path_ + ".tmp." +
+                                              std::to_string(::getpid()));
+  std::filesystem::create_symlink(victim, path_);
+  ASSERT_TRUE(WriteCheckpoint(path_, View()).ok());
+  EXPECT_EQ(ReadAll(victim), "precious");
+  EXPECT_FALSE(std::filesystem::is_symlink(path_));
+  EXPECT_TRUE(ReadCheckpoint(path_, layout_).ok());
+  // No temporary file is left behind, and none is readable by others.
+  int files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir_)) {
+    (void)entry;
+    ++files;
+  }
+  EXPECT_EQ(files, 3);  // victim, the planted link, the checkpoint
+  EXPECT_EQ(std::filesystem::status(path_).permissions() &
+                std::filesystem::perms::others_read,
+            std::filesystem::perms::none);
 }
 
 TEST_F(CheckpointTest, ExtrasAloneReadBack) {
