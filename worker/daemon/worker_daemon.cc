@@ -288,9 +288,11 @@ absl::StatusOr<WorkerDaemon::Job*> WorkerDaemon::PrepareJob(
     // Re-synchronisation (after a failed all-reduce, or when the
     // coordinator names a source) fetches from a member over FetchModel.
     const uint64_t job_id = job->job_id;
+    const uint64_t model_elements = job->trainer->params().size();
     job->runner->set_resync_fetcher(
-        [this, job_id](const v1::PeerAssignment& member) {
-          return model_fetcher_(member, job_id, worker_id_.load());
+        [this, job_id, model_elements](const v1::PeerAssignment& member) {
+          return model_fetcher_(member, job_id, worker_id_.load(),
+                                model_elements);
         });
   }
   {
