@@ -56,7 +56,9 @@ std::vector<ExpectedExchange> ExpectedExchanges(
     ExpectedExchange& e = out[i];
     e.seconds = 0;
     const double own = schedule.Degree(i) * m / b[i];
-    for (uint32_t j : schedule.PeersOf(i)) {
+    // The row of i in the compressed adjacency (no copy: 10,000 members).
+    for (uint32_t k = schedule.offsets[i]; k < schedule.offsets[i + 1]; ++k) {
+      const uint32_t j = schedule.peers[k];
       const double theirs = schedule.Degree(j) * m / b[j];
       const double t = std::max(own, theirs);
       if (t > e.seconds || e.bound_index < 0) {
