@@ -91,9 +91,11 @@ double UpdateLinkEstimate(double current,
   const bool explained_by_peer =
       best->peer_estimate > 0 && best->peer_estimate <= rate * kExplainedBy;
   if (explained_by_peer && current > 0) {
-    // Only a lower bound on b_i: raise to it (the link did carry that
-    // rate), never lower.
-    return std::max(current, rate);
+    // Only a lower bound on b_i: raise toward it (by at most max_factor:
+    // bytes buffered while this worker was late can look faster than the
+    // link), never lower.
+    return rate > current ? BoundedEma(current, rate, 1.0, max_factor)
+                          : current;
   }
   return BoundedEma(current, rate, ema_weight, max_factor);
 }
