@@ -139,6 +139,11 @@ absl::StatusOr<PlanResult> BenchOne(int n, int rounds, v1::Topology topology,
   bo.nominal_steps = 100;
   bo.min_steps = 10;
   bo.exchange_bytes = model_bytes;
+  std::vector<double> links(n);
+  for (int i = 0; i < n; ++i) links[i] = rates[i].bytes_per_second;
+  const coordinator::ExchangeVolume volume{
+      .kind = coordinator::ExchangeVolume::Kind::kGossip,
+      .model_bytes = model_bytes};
   std::vector<double> pure;
   for (int r = 0; r < rounds; ++r) {
     const absl::Time t0 = absl::Now();
@@ -148,7 +153,11 @@ absl::StatusOr<PlanResult> BenchOne(int n, int rounds, v1::Topology topology,
     key.epoch = 1;
     key.topology = topology;
     auto schedule = coordinator::PlanSchedule(key, static_cast<uint32_t>(n));
-    auto plan = coordinator::PlanBudgets(rates, bo);
+    // c_i from the round's peers, as Coordinator::PlanNextRound does.
+    const auto expected = coordinator::ExpectedExchanges(schedule, volume, links);
+    std::vector<coordinator::WorkerRound> this_round(n);
+    for (int i = 0; i < n; ++i) this_round[i].exchange = expected[i];
+    auto plan = coordinator::PlanBudgets(rates, this_round, bo);
     pure.push_back(absl::ToDoubleMilliseconds(absl::Now() - t0));
     if (schedule.n != static_cast<uint32_t>(n) ||
         plan.budgets.size() != static_cast<size_t>(n))

@@ -119,24 +119,45 @@ void Coordinator::PlanNextRound(JobRec& job, absl::Time now) {
       absl::Milliseconds(st.spec().exchange().deadline_ms()));
   rec.deadline_unix_ms = deadline;
 
-  std::vector<std::string> changes;
-  for (const BudgetDiff& d : DiffBudgets(old_steps, plan.budgets)) {
+  // Every change is counted; the first kLoggedBudgetChanges are logged with
+  // their reason and the last max_budget_changes kept in the status, so a
+  // 10,000-worker round (pairings change every round) formats no more.
+  constexpr size_t kLoggedBudgetChanges = 32;
+  const std::vector<BudgetDiff> diffs = DiffBudgets(old_steps, plan.budgets);
+  const size_t kept_from =
+      diffs.size() > static_cast<size_t>(options_.max_budget_changes)
+          ? diffs.size() - static_cast<size_t>(options_.max_budget_changes)
+          : 0;
+  std::vector<std::string> changes;  // the event's first few
+  for (size_t k = 0; k < diffs.size(); ++k) {
+    const BudgetDiff& d = diffs[k];
     const Budget& b = plan.budgets[d.index];
     const uint64_t wid = ids[d.index];
-    const std::string reason = b.Reason();
-    v1::BudgetChange* c = st.add_budget_changes();
-    c->set_worker_id(wid);
-    c->set_round(r);
-    c->set_old_local_steps(d.old_steps);
-    c->set_new_local_steps(d.new_steps);
-    c->set_reason(reason);
     Metric([job_id, b](CoordinatorMetrics& m) { m.RecordBudgetChange(job_id, b); });
-    GASLOC_LOG(INFO) << "job " << job_id << " round " << r << ": worker "
-                     << wid << " H " << d.old_steps << " -> " << d.new_steps
-                     << " (" << reason << ")";
-    changes.push_back(absl::StrCat("worker ", wid, " H ", d.old_steps, " -> ",
-                                   d.new_steps));
+    if (changes.size() < 4)
+      changes.push_back(absl::StrCat("worker ", wid, " H ", d.old_steps,
+                                     " -> ", d.new_steps));
+    if (k >= kLoggedBudgetChanges && k < kept_from) continue;
+    const std::string reason = b.Reason();
+    if (k >= kept_from) {
+      v1::BudgetChange* c = st.add_budget_changes();
+      c->set_worker_id(wid);
+      c->set_round(r);
+      c->set_old_local_steps(d.old_steps);
+      c->set_new_local_steps(d.new_steps);
+      c->set_reason(reason);
+    }
+    if (k < kLoggedBudgetChanges)
+      GASLOC_LOG(INFO) << "job " << job_id << " round " << r << ": worker "
+                       << wid << " H " << d.old_steps << " -> " << d.new_steps
+                       << " (" << reason << ")";
   }
+  if (diffs.size() > kLoggedBudgetChanges)
+    GASLOC_LOG(INFO) << "job " << job_id << " round " << r << ": "
+                     << diffs.size() - kLoggedBudgetChanges
+                     << " more budget changes not logged one by one "
+                        "(gaslocctl job budgets "
+                     << job_id << " shows every member's H_i and reason)";
   size_t i = 0;
   for (auto& [wid, m] : job.members) {
     const Budget& b = plan.budgets[i++];
@@ -185,12 +206,9 @@ void Coordinator::PlanNextRound(JobRec& job, absl::Time now) {
     m.RecordRoundPlanned(job_id, planning_seconds);
   });
   if (!changes.empty()) {
-    const size_t shown = std::min<size_t>(changes.size(), 4);
     AddEvent(job, v1::JOB_EVENT_KIND_BUDGET,
-             absl::StrCat("round ", r, ": ", changes.size(),
-                          " budget change(s): ",
-                          absl::StrJoin(changes.begin(),
-                                        changes.begin() + shown, "; ")),
+             absl::StrCat("round ", r, ": ", diffs.size(),
+                          " budget change(s): ", absl::StrJoin(changes, "; ")),
              now);
   }
 }

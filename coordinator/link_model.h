@@ -20,10 +20,11 @@
 // sample of a round is a lower bound on b_i; it is taken as b_i's own
 // measure (EMA) unless the peer's own estimate already explains it (the
 // peer is at most kExplainedBy times faster), in which case it is only a
-// lower bound and can only raise b_i (at once: the link did carry it). An
-// EMA move changes the estimate by at most a factor `max_factor` per
-// report, so one odd measurement cannot swing the budgets (the oscillation
-// guard on the inputs; the dead band on H_i is in budget.h).
+// lower bound and can only raise b_i. Every move changes the estimate by
+// at most a factor `max_factor` per report, so one odd measurement (bytes
+// buffered while the receiver was late look faster than the link) cannot
+// swing the budgets (the oscillation guard on the inputs; the dead band on
+// H_i is in budget.h).
 //
 // Thread safety: pure functions; safe from any thread.
 #ifndef GASLOC_COORDINATOR_LINK_MODEL_H_

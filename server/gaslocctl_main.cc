@@ -317,8 +317,10 @@ int JobBudgets(v1::Coordinator::Stub& stub, uint64_t id) {
     return kOk;
   }
   if (job.worker_budgets().empty()) {
-    std::printf("job %llu has no planned round yet\n",
-                static_cast<unsigned long long>(id));
+    std::printf("job %llu %s has no planned round to show (an ended job "
+                "keeps none)\n",
+                static_cast<unsigned long long>(id),
+                StateName(job.state()).c_str());
     return kOk;
   }
   std::vector<std::vector<std::string>> rows = {

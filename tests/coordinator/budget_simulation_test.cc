@@ -225,9 +225,9 @@ TEST(BudgetSimulationTest, HomogeneousClusterKeepsTheUniformBudget) {
 }
 
 // One link 10x slower on a one-peer matching: the slow-link worker always
-// gets fewer steps; a worker paired with it gets fewer in that round only
-// (the pair's transfer is bounded by the slower link); a worker paired with
-// a fast peer keeps the nominal H.
+// gets fewer steps; a worker paired with it gets about as few in that round
+// only (the pair's transfer is bounded by the slower link; within the dead
+// band); a worker paired with a fast peer keeps the nominal H.
 TEST(BudgetSimulationTest, OneSlowLinkShrinksOnlyTheRoundsItBounds) {
   ClusterSim sim({{.steps_per_second = 10, .models_per_second = 2},
                   {.steps_per_second = 10, .models_per_second = 2},
@@ -243,7 +243,9 @@ TEST(BudgetSimulationTest, OneSlowLinkShrinksOnlyTheRoundsItBounds) {
     for (size_t i = 0; i < 3; ++i) {
       const bool with_slow = round.peers[i] == std::vector<uint64_t>{slow};
       if (with_slow) {
-        EXPECT_EQ(round.local_steps[i], round.local_steps[3]) << "round " << r;
+        // Within the dead band of the slow worker's.
+        EXPECT_NEAR(round.local_steps[i], round.local_steps[3], 0.05 * kNominal)
+            << "round " << r;
       } else {
         EXPECT_EQ(round.local_steps[i], kNominal) << "round " << r;
       }

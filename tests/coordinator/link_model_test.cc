@@ -102,9 +102,13 @@ TEST(LinkModelTest, ASampleExplainedByASlowerPeerOnlyRaises) {
                          1.0, 1.5),
       100 / 1.5);
   // A sample above the estimate with a peer explaining it: a lower bound,
-  // taken at once.
+  // raised toward by at most the factor per report.
   EXPECT_DOUBLE_EQ(
       UpdateLinkEstimate(10, {{.bytes_per_second = 100, .peer_estimate = 100}},
+                         0.3, 1.5),
+      15);
+  EXPECT_DOUBLE_EQ(
+      UpdateLinkEstimate(90, {{.bytes_per_second = 100, .peer_estimate = 100}},
                          0.3, 1.5),
       100);
   // The best of several samples counts; none leaves it as it was.

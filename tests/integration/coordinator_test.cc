@@ -287,6 +287,17 @@ TEST_F(CoordinatorProcessTest, GaslocctlDrivesAJobToTheEnd) {
       ASSERT_EQ(as.round(), r);
       Report(w, 1, r);
     }
+    if (r != 0) continue;
+    // Every member's budget of the latest planned round, with its inputs.
+    std::tie(rc, out) = Ctl({"job", "budgets", "1"});
+    ASSERT_EQ(rc, 0) << last_stderr_;
+    EXPECT_THAT(out, HasSubstr("H_I"));
+    EXPECT_THAT(out, HasSubstr("BOUND_BY"));
+    EXPECT_THAT(out, HasSubstr("no measurement yet"));
+    EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 3) << out;
+    std::tie(rc, out) = Ctl({"--output=json", "job", "budgets", "1"});
+    ASSERT_EQ(rc, 0) << last_stderr_;
+    EXPECT_THAT(out, HasSubstr("\"worker_budgets\""));
   }
   for (uint64_t w : {a, b}) EXPECT_EQ(Ask(w, 1, 1).kind(), v1::ASSIGNMENT_KIND_STOP);
   auto finished = watch->WaitForLine("FINISHED", absl::Seconds(10));
@@ -300,16 +311,9 @@ TEST_F(CoordinatorProcessTest, GaslocctlDrivesAJobToTheEnd) {
   std::tie(rc, out) = Ctl({"job", "list"});
   ASSERT_EQ(rc, 0);
   EXPECT_THAT(out, HasSubstr("FINISHED"));
-  // Every member's budget of the latest planned round, with its inputs.
   std::tie(rc, out) = Ctl({"job", "budgets", "1"});
   ASSERT_EQ(rc, 0) << last_stderr_;
-  EXPECT_THAT(out, HasSubstr("H_I"));
-  EXPECT_THAT(out, HasSubstr("BOUND_BY"));
-  EXPECT_THAT(out, HasSubstr("REASON"));
-  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 3) << out;
-  std::tie(rc, out) = Ctl({"--output=json", "job", "budgets", "1"});
-  ASSERT_EQ(rc, 0) << last_stderr_;
-  EXPECT_THAT(out, HasSubstr("\"worker_budgets\""));
+  EXPECT_THAT(out, HasSubstr("no planned round to show"));
   std::tie(rc, out) = Ctl({"job", "budgets", "99"});
   EXPECT_EQ(rc, 1);
   EXPECT_EQ(last_stderr_, "gaslocctl: job 99 not found\n");

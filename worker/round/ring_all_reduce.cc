@@ -62,7 +62,9 @@ RingAllReduceResult RingAllReduceMean(PeerTransport& transport,
   auto finish = [&] {
     result.seconds = absl::ToDoubleSeconds(clock.Now() - start);
     result.wait_seconds = RingWaitSeconds(step_seconds);
-    if (!wire_measured) result.wire_seconds = 0;
+    // The first-chunk scaling is an estimate: never more than the total.
+    result.wire_seconds =
+        wire_measured ? std::min(result.wire_seconds, result.seconds) : 0;
   };
 
   auto run_step = [&](v1::ExchangePhase phase, int step, int send_segment,

@@ -444,12 +444,14 @@ void RoundRunner::GossipExchange(const v1::Assignment& assignment,
     if (outcome.incoming) {
       report->set_bytes_received(report->bytes_received() + outcome.bytes);
       max_receive_seconds = std::max(max_receive_seconds, outcome.seconds);
-      max_wire_seconds = std::max(max_wire_seconds, outcome.wire_seconds);
-      if (outcome.wire_seconds > 0) {
+      // The first-chunk scaling is an estimate: at most the receive's time.
+      const double wire = std::min(outcome.wire_seconds, outcome.seconds);
+      max_wire_seconds = std::max(max_wire_seconds, wire);
+      if (wire > 0) {
         v1::LinkSample* sample = report->add_link_samples();
         sample->set_peer_id(outcome.peer_id);
         sample->set_bytes(outcome.bytes);
-        sample->set_wire_seconds(outcome.wire_seconds);
+        sample->set_wire_seconds(wire);
       }
     } else {
       report->set_bytes_sent(report->bytes_sent() + outcome.bytes);
@@ -519,6 +521,7 @@ void RoundRunner::GossipExchange(const v1::Assignment& assignment,
   // Waiting = everything in the exchange that was not bytes moving; without
   // a wire measurement, the receives' time beyond the sends' (the old
   // estimate).
+  max_wire_seconds = std::min(max_wire_seconds, exchange_seconds);
   if (max_wire_seconds > 0) {
     report->set_wire_seconds(max_wire_seconds);
     report->set_wait_seconds(std::max(0.0, exchange_seconds - max_wire_seconds));

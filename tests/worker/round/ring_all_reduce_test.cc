@@ -67,6 +67,36 @@ TEST(RingAllReduce, EarlyWorkerCountsItsWaitForThePeer) {
   EXPECT_EQ(late.wait_seconds, 0.0);
 }
 
+// The wire time of a ring all-reduce is the sum of its steps' receive
+// wire times (bytes from the predecessor moving), which the round report
+// turns into a link sample of the predecessor (algorithms.md section 5).
+TEST(RingAllReduce, ReportsWireTimeFromThePredecessor) {
+  const size_t size = 8192;  // segments of 16 KB: 4 chunks each
+  InProcessNetwork network;
+  auto t1 = network.Join(1);
+  auto t2 = network.Join(2);
+  std::vector<float> d1(size, 1.0f), d2(size, 3.0f), s1(size), s2(size);
+  ExchangeOptions options;
+  options.chunk_bytes = 4096;
+  options.deadline = absl::Now() + absl::Seconds(20);
+  RingAllReduceResult r1, r2;
+  std::thread first([&] {
+    r1 = RingAllReduceMean(*t1, RealClock::Get(), TransferKey{7, 3}, Ring(2),
+                           0, d1, s1, options);
+  });
+  r2 = RingAllReduceMean(*t2, RealClock::Get(), TransferKey{7, 3}, Ring(2), 1,
+                         d2, s2, options);
+  first.join();
+  ASSERT_TRUE(r1.status.ok()) << r1.status;
+  ASSERT_TRUE(r2.status.ok()) << r2.status;
+  EXPECT_EQ(r1.predecessor_id, 2u);
+  EXPECT_EQ(r2.predecessor_id, 1u);
+  for (const RingAllReduceResult* r : {&r1, &r2}) {
+    EXPECT_GT(r->wire_seconds, 0);
+    EXPECT_LE(r->wire_seconds, r->seconds);
+  }
+}
+
 class RingAllReduceTest
     : public ::testing::TestWithParam<std::tuple<int, v1::WireEncoding>> {};
 
