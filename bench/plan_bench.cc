@@ -107,6 +107,7 @@ absl::StatusOr<PlanResult> BenchOne(int n, int rounds, v1::Topology topology,
     rep.set_compute_seconds(10.0 * (1 + (i % 4)) / 4);
     rep.set_bytes_sent(static_cast<uint64_t>(model_bytes));
     rep.set_exchange_seconds(model_bytes / (25e6 * (1 + (i % 4))));
+    rep.set_wire_seconds(rep.exchange_seconds());
     rep.set_train_loss(2.5f);
     auto s = c.ReportRound(rep);
     if (!s.ok()) return s;

@@ -4,10 +4,12 @@
 // progress.
 //
 // One exchange gives one sample: the larger of the payload bytes sent and
-// received over the exchange's wall time (links are full duplex, so the
-// busier direction is what the link carried). The coordinator keeps an
-// exponential moving average of a member's samples (UpdateEma) and
-// ListWorkers reports that average as WorkerProgress.link_bytes_per_second.
+// received over the exchange's wire time (ReportRoundRequest.wire_seconds:
+// the time the bytes were moving, not the wait for a partner; links are
+// full duplex, so the busier direction is what the link carried). The
+// coordinator keeps a moving estimate of a member's samples
+// (UpdateLinkEstimate, coordinator/link_model.h) and ListWorkers reports
+// it as WorkerProgress.link_bytes_per_second.
 //
 // Pure functions; thread-safe.
 #ifndef GASLOC_COMMON_LINK_BANDWIDTH_H_

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
@@ -26,69 +27,133 @@ std::string Budget::Reason() const {
   const char* bound = raw_steps <= min_steps       ? " (floor H_min)"
                       : raw_steps >= nominal_steps ? " (ceiling H)"
                                                    : "";
-  return absl::StrFormat(
+  std::string link;
+  if (!link_known) {
+    link = " (typical; link not measured)";
+  } else if (bound_peer != 0) {
+    link = absl::StrFormat(" (bound by worker %u, %.3g MB/s)", bound_peer,
+                           bound_bytes_per_second / 1e6);
+  }
+  std::string out = absl::StrFormat(
       "s_i=%.3g steps/s (%.2fx fastest), c_i=%.3g s%s, T=%.3g s: H_i=%u%s",
       steps_per_second, steps_per_second / fastest_steps_per_second,
-      exchange_seconds, link_known ? "" : " (typical; link not measured)",
-      target_seconds, local_steps, bound);
+      exchange_seconds, link, target_seconds,
+      guard == Guard::kDeadBand ? previous_steps : local_steps, bound);
+  if (guard == Guard::kDeadBand) {
+    absl::StrAppend(&out, "; kept H_i=", local_steps, ": the formula's ",
+                    static_cast<int64_t>(raw_steps),
+                    " is within the dead band");
+  } else if (previous_steps != 0 && previous_steps != local_steps) {
+    absl::StrAppend(&out, " (was ", previous_steps, ")");
+  }
+  return out;
 }
 
 BudgetPlan PlanBudgets(const std::vector<WorkerRates>& workers,
+                       const std::vector<WorkerRound>& round,
                        const BudgetOptions& options) {
   BudgetPlan plan;
+  static const WorkerRound kNoRound;
+  auto round_of = [&](size_t i) -> const WorkerRound& {
+    return i < round.size() ? round[i] : kNoRound;
+  };
   const uint32_t nominal = options.nominal_steps;
   const uint32_t floor = std::min(options.min_steps, nominal);
   Budget nominal_budget;
   nominal_budget.local_steps = nominal;
   nominal_budget.nominal_steps = nominal;
   nominal_budget.min_steps = floor;
+  plan.budgets.assign(workers.size(), nominal_budget);
+  for (size_t i = 0; i < workers.size(); ++i) {
+    plan.budgets[i].bytes_per_second = std::max(0.0, workers[i].bytes_per_second);
+    plan.budgets[i].previous_steps = round_of(i).previous_steps;
+  }
   if (options.policy != v1::BUDGET_POLICY_ADAPTIVE) {
-    nominal_budget.basis = Budget::Basis::kUniform;
-    plan.budgets.assign(workers.size(), nominal_budget);
+    for (Budget& b : plan.budgets) b.basis = Budget::Basis::kUniform;
     return plan;
   }
-  plan.budgets.assign(workers.size(), nominal_budget);
 
+  // c_i per worker: this round's expected exchange, else the own link.
+  std::vector<double> exchange(workers.size(), -1);
+  std::vector<double> known;
+  known.reserve(workers.size());
   double fastest = 0;
-  std::vector<double> exchange_times;
-  exchange_times.reserve(workers.size());
-  for (const WorkerRates& w : workers) {
+  for (size_t i = 0; i < workers.size(); ++i) {
+    const WorkerRates& w = workers[i];
     fastest = std::max(fastest, w.steps_per_second);
-    if (w.bytes_per_second > 0 && options.exchange_bytes > 0)
-      exchange_times.push_back(options.exchange_bytes / w.bytes_per_second);
+    if (round_of(i).exchange.seconds >= 0) {
+      exchange[i] = round_of(i).exchange.seconds;
+    } else if (w.bytes_per_second > 0 && options.exchange_bytes > 0) {
+      exchange[i] = options.exchange_bytes / w.bytes_per_second;
+    }
+    if (exchange[i] >= 0) known.push_back(exchange[i]);
   }
   if (fastest <= 0) return plan;  // nobody measured yet
   double c_typ = 0;
-  if (!exchange_times.empty()) {
-    auto mid = exchange_times.begin() + exchange_times.size() / 2;
-    std::nth_element(exchange_times.begin(), mid, exchange_times.end());
+  if (!known.empty()) {
+    auto mid = known.begin() + known.size() / 2;
+    std::nth_element(known.begin(), mid, known.end());
     c_typ = *mid;
   }
-  const double target = nominal / fastest + c_typ;
+  // T: the earliest finish of a measured worker doing the nominal H, over
+  // the workers that have someone to meet (a member without peers this
+  // round, the odd one out of a matching, waits for nobody).
+  auto meets_someone = [&](size_t i) {
+    const ExpectedExchange& e = round_of(i).exchange;
+    return e.seconds < 0 || e.bound_index >= 0;
+  };
+  bool any_meets = false;
+  for (size_t i = 0; i < workers.size(); ++i)
+    any_meets =
+        any_meets || (workers[i].steps_per_second > 0 && meets_someone(i));
+  double target = 0;
+  bool first = true;
+  for (size_t i = 0; i < workers.size(); ++i) {
+    if (!(workers[i].steps_per_second > 0)) continue;
+    if (any_meets && !meets_someone(i)) continue;
+    const double c = exchange[i] >= 0 ? exchange[i] : c_typ;
+    const double t = nominal / workers[i].steps_per_second + c;
+    target = first ? t : std::min(target, t);
+    first = false;
+  }
   plan.target_round_seconds = target;
   plan.typical_exchange_seconds = c_typ;
+  const double dead_band =
+      std::max(1.0, options.dead_band_fraction * static_cast<double>(nominal));
 
   for (size_t i = 0; i < workers.size(); ++i) {
     const WorkerRates& w = workers[i];
     if (!(w.steps_per_second > 0)) continue;  // "no measurement yet"
     Budget& b = plan.budgets[i];
     b.basis = Budget::Basis::kAdaptive;
-    b.link_known = w.bytes_per_second > 0 && options.exchange_bytes > 0;
+    b.link_known = exchange[i] >= 0;
     b.steps_per_second = w.steps_per_second;
     b.fastest_steps_per_second = fastest;
-    b.exchange_seconds =
-        b.link_known ? options.exchange_bytes / w.bytes_per_second : c_typ;
+    b.exchange_seconds = b.link_known ? exchange[i] : c_typ;
+    const WorkerRound& r = round_of(i);
+    if (r.exchange.seconds >= 0) {
+      b.bound_peer = r.exchange.bound_peer;
+      b.bound_bytes_per_second = r.exchange.bound_bytes_per_second;
+    }
     b.target_seconds = target;
     b.raw_steps = std::round((target - b.exchange_seconds) * w.steps_per_second);
     b.local_steps = static_cast<uint32_t>(std::clamp(
         b.raw_steps, static_cast<double>(floor), static_cast<double>(nominal)));
+    const uint32_t prev = r.previous_steps;
+    if (prev >= floor && prev <= nominal && prev != b.local_steps &&
+        std::abs(static_cast<double>(b.local_steps) - prev) < dead_band) {
+      b.local_steps = prev;
+      b.guard = Budget::Guard::kDeadBand;
+    }
   }
   return plan;
 }
 
 std::string EncodeBudgets(const std::vector<Budget>& budgets) {
-  std::string out(budgets.size() * kBudgetRecordBytes, '\0');
-  char* p = out.data();
+  const size_t magic = sizeof(kBudgetFormatV2) - 1;
+  std::string out(magic + budgets.size() * kBudgetRecordBytes, '\0');
+  std::memcpy(out.data(), kBudgetFormatV2, magic);
+  char* p = out.data() + magic;
   auto put = [&p](const auto& v) {
     std::memcpy(p, &v, sizeof(v));
     p += sizeof(v);
@@ -97,7 +162,8 @@ std::string EncodeBudgets(const std::vector<Budget>& budgets) {
     put(b.local_steps);
     put(static_cast<uint8_t>(b.basis));
     put(static_cast<uint8_t>(b.link_known));
-    put(uint16_t{0});
+    put(static_cast<uint8_t>(b.guard));
+    put(uint8_t{0});
     put(b.nominal_steps);
     put(b.min_steps);
     put(b.steps_per_second);
@@ -105,28 +171,38 @@ std::string EncodeBudgets(const std::vector<Budget>& budgets) {
     put(b.exchange_seconds);
     put(b.target_seconds);
     put(b.raw_steps);
+    // Version 2 from here.
+    put(b.bytes_per_second);
+    put(b.bound_peer);
+    put(b.bound_bytes_per_second);
+    put(b.previous_steps);
+    put(uint32_t{0});
   }
   return out;
 }
 
 absl::StatusOr<std::vector<Budget>> DecodeBudgets(absl::string_view blob) {
-  if (blob.size() % kBudgetRecordBytes != 0)
+  const absl::string_view magic(kBudgetFormatV2, sizeof(kBudgetFormatV2) - 1);
+  const bool v2 = absl::StartsWith(blob, magic);
+  if (v2) blob.remove_prefix(magic.size());
+  const size_t record = v2 ? kBudgetRecordBytes : kBudgetRecordBytesV1;
+  if (blob.size() % record != 0)
     return absl::DataLossError(absl::StrCat(
-        "rounds.budgets has ", blob.size(), " bytes, not a multiple of ",
-        kBudgetRecordBytes));
-  std::vector<Budget> budgets(blob.size() / kBudgetRecordBytes);
+        "rounds.budgets has ", blob.size(), " bytes of records, not a multiple of ",
+        record, v2 ? " (format 2)" : " (format 1)"));
+  std::vector<Budget> budgets(blob.size() / record);
   const char* p = blob.data();
   auto get = [&p](auto& v) {
     std::memcpy(&v, p, sizeof(v));
     p += sizeof(v);
   };
   for (Budget& b : budgets) {
-    uint8_t basis, link;
-    uint16_t pad;
+    uint8_t basis, link, guard, pad8;
     get(b.local_steps);
     get(basis);
     get(link);
-    get(pad);
+    get(guard);
+    get(pad8);
     get(b.nominal_steps);
     get(b.min_steps);
     get(b.steps_per_second);
@@ -134,10 +210,23 @@ absl::StatusOr<std::vector<Budget>> DecodeBudgets(absl::string_view blob) {
     get(b.exchange_seconds);
     get(b.target_seconds);
     get(b.raw_steps);
+    if (v2) {
+      uint32_t pad32;
+      get(b.bytes_per_second);
+      get(b.bound_peer);
+      get(b.bound_bytes_per_second);
+      get(b.previous_steps);
+      get(pad32);
+    } else {
+      guard = 0;  // format 1 wrote zero padding here
+    }
     if (basis > static_cast<uint8_t>(Budget::Basis::kAdaptive))
       return absl::DataLossError("rounds.budgets holds an unknown basis");
+    if (guard > static_cast<uint8_t>(Budget::Guard::kDeadBand))
+      return absl::DataLossError("rounds.budgets holds an unknown guard");
     b.basis = static_cast<Budget::Basis>(basis);
     b.link_known = link != 0;
+    b.guard = static_cast<Budget::Guard>(guard);
   }
   return budgets;
 }

@@ -1,17 +1,23 @@
 // The local-step budget planner (algorithms.md section 5): per-worker inner
 // steps H_i for one round from each worker's measured inner-step rate s_i
-// and link bandwidth b_i, so that partners reach the exchange at about the
-// same moment.
+// and its expected exchange time c_i, so that partners reach the exchange
+// at about the same moment.
 //
-//   T   = H / max_i s_i + c_typ          (fastest worker doing the nominal H)
-//   c_i = exchange_bytes / b_i           (its own exchange time)
+//   c_i = this round's expected exchange seconds with its actual peers
+//         (link_model.h ExpectedExchanges: the slower link of each edge);
+//         without one, exchange_bytes / b_i (its own link only)
+//   T   = min_i (H / s_i + c_i)             (the earliest a worker doing the
+//                                            nominal H can finish)
 //   H_i = clamp(round((T - c_i) * s_i), H_min, H)
 //
-// c_typ is the median c_i over the workers whose bandwidth is known; a
-// worker whose bandwidth is not known yet is assumed to have c_i = c_typ.
-// A worker with no measurement at all gets the nominal H ("no measurement
-// yet"); the UNIFORM policy (DiLoCo and the other baselines) gives everyone
-// the nominal H.
+// A worker whose c_i is not known (no link measured) is given c_typ, the
+// median of the known ones. A worker with no measurement at all gets the
+// nominal H ("no measurement yet"); the UNIFORM policy (DiLoCo and the
+// other baselines) gives everyone the nominal H.
+//
+// Oscillation guard (with the bounded estimate moves of link_model.h): a
+// change of H_i smaller than the dead band (dead_band_fraction of the
+// nominal H, at least one step) is not made; the previous H_i is kept.
 //
 // Pure functions of their inputs; thread-safe.
 #ifndef GASLOC_COORDINATOR_BUDGET_H_
@@ -24,6 +30,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "coordinator/link_model.h"
 #include "gasloc/v1/job.pb.h"
 
 namespace gasloc::coordinator {
@@ -32,8 +39,18 @@ namespace gasloc::coordinator {
 struct WorkerRates {
   // Inner steps per second (EMA); <= 0 = not measured yet.
   double steps_per_second = 0;
-  // Link bandwidth, bytes per second (EMA); <= 0 = not measured yet.
+  // Link bandwidth from wire time, bytes per second (EMA); <= 0 = not
+  // measured yet.
   double bytes_per_second = 0;
+};
+
+// What the round itself brings to one worker's budget.
+struct WorkerRound {
+  // This round's expected exchange with its peers; seconds < 0 = not
+  // planned from peers (then exchange_bytes / bytes_per_second).
+  ExpectedExchange exchange;
+  // H_i of the previous round (0 = none), for the dead band.
+  uint32_t previous_steps = 0;
 };
 
 struct BudgetOptions {
@@ -41,14 +58,21 @@ struct BudgetOptions {
   // Nominal H (the ceiling) and H_min (the floor).
   uint32_t nominal_steps = 100;
   uint32_t min_steps = 10;
-  // Bytes one worker moves in its exchange (the wire size of the model).
+  // Bytes one worker moves in its exchange (the wire size of the model);
+  // used only for workers without an ExpectedExchange.
   double exchange_bytes = 0;
+  // Changes of H_i within this fraction of the nominal H (at least one
+  // step) are not made.
+  double dead_band_fraction = 0.05;
 };
 
 // One worker's budget and the numbers behind it. The reason string is
 // formatted on demand (Reason()), so planning 10,000 budgets formats none.
 struct Budget {
   enum class Basis : uint8_t { kNoMeasurement, kUniform, kAdaptive };
+  // kDeadBand: the formula's H_i was within the dead band of the previous
+  // H_i, which was kept.
+  enum class Guard : uint8_t { kNone, kDeadBand };
   uint32_t local_steps = 0;
   Basis basis = Basis::kNoMeasurement;
   // kAdaptive: the inputs of the formula.
@@ -60,8 +84,15 @@ struct Budget {
   double exchange_seconds = 0;  // c_i
   double target_seconds = 0;    // T
   double raw_steps = 0;         // (T - c_i) * s_i before clamping
+  double bytes_per_second = 0;  // b_i (0 = not measured)
+  // The peer whose edge bounds c_i (0 = none) and that edge's slower link.
+  uint64_t bound_peer = 0;
+  double bound_bytes_per_second = 0;
+  uint32_t previous_steps = 0;  // H_i of the previous round (0 = none)
+  Guard guard = Guard::kNone;
 
-  // E.g. "s_i=5 steps/s (0.50x fastest), c_i=1 s, T=11 s: H_i=50".
+  // E.g. "s_i=5 steps/s (0.50x fastest), c_i=1 s (bound by worker 3,
+  // 12.5 MB/s), T=11 s: H_i=50".
   std::string Reason() const;
 };
 
@@ -74,16 +105,26 @@ struct BudgetPlan {
   double typical_exchange_seconds = 0;
 };
 
+// `round` is empty (no schedule, no previous budgets) or one per worker.
 BudgetPlan PlanBudgets(const std::vector<WorkerRates>& workers,
+                       const std::vector<WorkerRound>& round,
                        const BudgetOptions& options);
+inline BudgetPlan PlanBudgets(const std::vector<WorkerRates>& workers,
+                              const BudgetOptions& options) {
+  return PlanBudgets(workers, {}, options);
+}
 
 // Exponential moving average: the first sample (old <= 0) is taken as is.
 double UpdateEma(double old_value, double sample, double weight);
 
 // The binary form of a round's budgets as the store keeps them
-// (little-endian records of kBudgetRecordBytes, docs/coordinator.md), and
-// back (DATA_LOSS on a malformed blob).
-inline constexpr size_t kBudgetRecordBytes = 56;
+// (docs/coordinator.md): the magic kBudgetFormatV2 then little-endian
+// records of kBudgetRecordBytes; and back (DATA_LOSS on a malformed blob).
+// Blobs without the magic are the first format (records of
+// kBudgetRecordBytesV1, without the fields from bytes_per_second on).
+inline constexpr size_t kBudgetRecordBytesV1 = 56;
+inline constexpr size_t kBudgetRecordBytes = 88;
+inline constexpr char kBudgetFormatV2[] = "BGT2";
 std::string EncodeBudgets(const std::vector<Budget>& budgets);
 absl::StatusOr<std::vector<Budget>> DecodeBudgets(absl::string_view blob);
 

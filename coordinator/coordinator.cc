@@ -62,6 +62,9 @@ absl::Status Coordinator::Load(absl::Time now, bool restart) {
     next_job_id_ = std::max(next_job_id_, id + 1);
     JobRec& job = jobs_[id];
     job.stored = std::move(sj);
+    // Rounds an ended (or resumed, not yet running) job planned are not
+    // kept: its status says where it got to.
+    job.next_round = NextRoundOf(job.stored.status);
     if (job.stored.status.state() != v1::JOB_STATE_RUNNING) continue;
     if (restart && options_.metrics != nullptr) options_.metrics->BeginJob(id);
     ASSIGN_OR_RETURN(std::vector<StoredMember> members,
@@ -75,7 +78,7 @@ absl::Status Coordinator::Load(absl::Time now, bool restart) {
     for (StoredRound& r : rounds) {
       RoundRec rec = MakeRoundRec(job, r.round, r.epoch, r.deadline_unix_ms);
       rec.budgets = std::move(r.budgets);
-      job.next_round = r.round + 1;
+      job.next_round = std::max(job.next_round, r.round + 1);
       job.rounds[r.round] = std::move(rec);
     }
     ForgetOldRounds(job);
@@ -112,6 +115,7 @@ absl::Status Coordinator::Load(absl::Time now, bool restart) {
         ++it;
       }
     }
+    RestoreSetupFailures(job);
   }
   return absl::OkStatus();
 }
@@ -133,8 +137,10 @@ absl::Status Coordinator::Close(Transaction& txn, absl::Time now) {
   // nothing (an idle long-poll's check) must not wake the others: each
   // wake starts a transaction of its own, and idle polls woke each other
   // in a loop.
-  if (wrote_ || event_seq_ != event_seq_at_open_ || !committed.ok())
+  if (wrote_ || event_seq_ != event_seq_at_open_ || !committed.ok()) {
+    ++changes_;
     changed_.SignalAll();
+  }
   return committed;
 }
 
@@ -164,6 +170,7 @@ void Coordinator::RollBackMemory(absl::Time now) {
     auto old = previous_jobs.find(id);
     if (old == previous_jobs.end()) continue;
     job.orphaned_since = old->second.orphaned_since;
+    job.checkpoints_written = std::move(old->second.checkpoints_written);
     job.events = std::move(old->second.events);
     job.events.DropAfter(event_seq_);
   }
@@ -241,7 +248,9 @@ absl::StatusOr<v1::JobStatus> Coordinator::GetJob(uint64_t job_id) {
   const absl::Time now = clock_->Now();
   TickForRead(now);
   ASSIGN_OR_RETURN(JobRec * job, FindJob(job_id));
-  return StatusOf(*job, now);
+  v1::JobStatus status = StatusOf(*job, now);
+  AddWorkerBudgets(*job, &status);
+  return status;
 }
 
 v1::ListJobsResponse Coordinator::ListJobs() {
@@ -400,9 +409,19 @@ CoordinatorGaugeState Coordinator::GaugeState() const {
   for (const auto& [id, job] : jobs_) {
     const v1::JobState s = job.stored.status.state();
     ++state.jobs_by_state[s];
-    if (s == v1::JOB_STATE_PENDING || s == v1::JOB_STATE_RUNNING)
-      state.active_jobs.push_back({id, job.stored.status.epoch(),
-                                   static_cast<uint32_t>(job.members.size())});
+    if (s == v1::JOB_STATE_PENDING || s == v1::JOB_STATE_RUNNING) {
+      CoordinatorGaugeState::Job& g = state.active_jobs.emplace_back(
+          CoordinatorGaugeState::Job{
+              .job_id = id,
+              .epoch = job.stored.status.epoch(),
+              .members = static_cast<uint32_t>(job.members.size()),
+              .budgets = {}});
+      for (const auto& [wid, m] : job.members)
+        if (m.local_steps > 0)
+          g.budgets.push_back({.worker_id = wid,
+                               .local_steps = m.local_steps,
+                               .wait_fraction = m.wait_fraction});
+    }
   }
   return state;
 }

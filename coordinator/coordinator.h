@@ -11,7 +11,8 @@
 // applies the result, persists it and wakes waiters. Its code is split by
 // concern: coordinator.cc (lifecycle, transactions, jobs, watching),
 // coordinator_workers.cc (membership calls, leases, binding workers to
-// jobs), coordinator_rounds.cc (planning, assignments, reports); the worker
+// jobs), coordinator_rounds.cc (planning, assignments, reports),
+// coordinator_checkpoints.cc (checkpoint sets, ResumeJob); the worker
 // registry itself is membership.h.
 //
 // Memory and disk agree: every mutating call runs in one Transaction
@@ -22,8 +23,9 @@
 //
 // Thread safety: every public method is thread-safe (one mutex guards all
 // state; SQLite writes happen under it, one transaction per call).
-// GetAssignment and WaitJobEvents block on a condition variable (real time)
-// while they wait; everything else returns at once.
+// GetAssignment and WaitJobEvents block on a condition variable while they
+// wait (GetAssignment on the injected Clock, so tests drive it with a
+// FakeClock; WaitJobEvents on real time); everything else returns at once.
 #ifndef GASLOC_COORDINATOR_COORDINATOR_H_
 #define GASLOC_COORDINATOR_COORDINATOR_H_
 
@@ -55,6 +57,10 @@
 
 namespace gasloc::coordinator {
 
+// How often a waiting GetAssignment re-checks with no change (leases
+// expire without a call) and polls its `cancelled` callback.
+inline constexpr absl::Duration kLongPollRecheck = absl::Milliseconds(500);
+
 struct CoordinatorOptions {
   // Worker lease: a worker not heard from for this long is dead.
   absl::Duration lease = absl::Seconds(10);
@@ -80,10 +86,17 @@ struct CoordinatorOptions {
 // coordinator_metrics.h), read in one short critical section.
 struct CoordinatorGaugeState {
   using Worker = Membership::Age;
+  // A member's budget in its latest planned round and its latest wait.
+  struct MemberBudget {
+    uint64_t worker_id = 0;
+    uint32_t local_steps = 0;
+    double wait_fraction = 0;
+  };
   struct Job {
     uint64_t job_id = 0;
     uint64_t epoch = 0;
     uint32_t members = 0;
+    std::vector<MemberBudget> budgets;  // by worker id
   };
   std::vector<Worker> live_workers;               // by id
   std::map<v1::JobState, uint32_t> jobs_by_state;  // every state, 0 included
@@ -112,12 +125,21 @@ class Coordinator {
   v1::ListJobsResponse ListJobs();
   absl::StatusOr<v1::JobStatus> StopJob(uint64_t job_id,
                                         const std::string& reason);
+  // A STOPPED or FAILED job back to PENDING (RUNNING once min_workers are
+  // idle), its next round after the last one planned; new members load
+  // the latest complete checkpoint set (Assignment.resume_from).
+  // FAILED_PRECONDITION, naming why, for a FINISHED / PENDING / RUNNING
+  // job and for a job that completed rounds but has no complete checkpoint
+  // set. A job that never completed a round restarts from round 0.
+  absl::StatusOr<v1::JobStatus> ResumeJob(uint64_t job_id,
+                                          const std::string& reason);
 
   // Long-poll: returns the worker's next assignment at once when there is
-  // one, else waits (condition variable) up to request.wait_ms and returns
-  // ASSIGNMENT_KIND_NONE.
-  // `cancelled`, if given, is polled at least every 500 ms while waiting;
-  // when it returns true the call returns NONE early.
+  // one, else waits (condition variable, on the clock) up to
+  // request.wait_ms of the clock and returns ASSIGNMENT_KIND_NONE. It
+  // re-checks when a call changed something and every kLongPollRecheck
+  // (leases). `cancelled`, if given, is polled at least that often while
+  // waiting; when it returns true the call returns NONE early.
   absl::StatusOr<v1::Assignment> GetAssignment(
       const v1::GetAssignmentRequest& request,
       const std::function<bool()>& cancelled = nullptr);
@@ -173,6 +195,11 @@ class Coordinator {
     // (memory only: after a restart the members report again). A job
     // whose every member is here FAILS (ApplyFailure).
     std::map<uint64_t, std::string> setup_failures;
+    // Checkpoints reported but not yet a complete set: by the checkpoints'
+    // next round, the members that wrote one and the val bpb they
+    // reported with it (memory only: a set completes from the reports of
+    // one coordinator's life; the complete set is in the job's status).
+    std::map<uint64_t, std::map<uint64_t, float>> checkpoints_written;
   };
 
   Coordinator(CoordinatorOptions options, std::unique_ptr<Store> store,
@@ -252,6 +279,9 @@ class Coordinator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   v1::JobStatus StatusOf(const JobRec& job, absl::Time now) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Fills status->worker_budgets from the latest planned round (GetJob).
+  void AddWorkerBudgets(const JobRec& job, v1::JobStatus* status) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // ---------------------------------------- rounds (coordinator_rounds.cc)
   // Plans round job.next_round (or decides that the job stops there).
@@ -275,6 +305,21 @@ class Coordinator {
   // member fails the job with the reason.
   void ApplyFailure(JobRec& job, const v1::ReportRoundRequest& request,
                     absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A completed report's checkpoint (checkpoint_next_round > 0): noted,
+  // and the job's checkpoint_set replaced when every member of its round
+  // has written one (a CHECKPOINT event, logged).
+  void RecordCheckpoint(JobRec& job, const v1::ReportRoundRequest& request,
+                        absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Back to PENDING from STOPPED / FAILED (ResumeJob, checked there).
+  void ResumeLocked(JobRec& job, const std::string& reason, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The first round a job has not planned, from its status (a job whose
+  // planned rounds are not in memory: ended, or resumed before a restart).
+  static uint64_t NextRoundOf(const v1::JobStatus& status);
+  // The members whose latest failure (status.failures) is a set-up failure
+  // after their last completed round: a restarted coordinator's
+  // setup_failures.
+  static void RestoreSetupFailures(JobRec& job);
   static const EpochRec* EpochOf(const JobRec& job, uint64_t epoch);
   static RoundRec MakeRoundRec(const JobRec& job, uint64_t round,
                                uint64_t epoch, int64_t deadline_unix_ms);
@@ -284,6 +329,9 @@ class Coordinator {
 
   mutable absl::Mutex mu_;
   absl::CondVar changed_;  // signalled when a call wrote or added an event
+  // Signals of changed_ so far: a waiter tells a change from a spurious
+  // wake-up (FakeClock's waits return every millisecond).
+  uint64_t changes_ ABSL_GUARDED_BY(mu_) = 0;
   std::unique_ptr<Store> store_ ABSL_GUARDED_BY(mu_);
   // The transaction of the call in progress (null between calls) and the
   // event sequence number when it opened (what a rollback returns to).

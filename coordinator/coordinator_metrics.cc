@@ -143,13 +143,20 @@ std::shared_ptr<prometheus::Collectable> CoordinatorGauges(
     Coordinator* coordinator) {
   return std::make_shared<ScrapeCollectable>([coordinator] {
     const CoordinatorGaugeState state = coordinator->GaugeState();
-    std::vector<GaugeSample> jobs, epochs, members, ages;
+    std::vector<GaugeSample> jobs, epochs, members, ages, steps, waits;
     for (const auto& [job_state, count] : state.jobs_by_state)
       jobs.push_back({{{"state", StateLabel(job_state)}}, double(count)});
     for (const auto& job : state.active_jobs) {
       const std::string id = absl::StrCat(job.job_id);
       epochs.push_back({{{"job_id", id}}, double(job.epoch)});
       members.push_back({{{"job_id", id}}, double(job.members)});
+      for (const auto& b : job.budgets) {
+        const std::string worker = absl::StrCat(b.worker_id);
+        steps.push_back(
+            {{{"job_id", id}, {"worker_id", worker}}, double(b.local_steps)});
+        waits.push_back(
+            {{{"job_id", id}, {"worker_id", worker}}, b.wait_fraction});
+      }
     }
     for (const auto& worker : state.live_workers)
       ages.push_back({{{"worker_id", absl::StrCat(worker.worker_id)}},
@@ -169,6 +176,15 @@ std::shared_ptr<prometheus::Collectable> CoordinatorGauges(
     families.push_back(GaugeFamily(
         "gasloc_coordinator_worker_heartbeat_age_seconds",
         "Time since a live worker's last call", ages));
+    families.push_back(GaugeFamily(
+        "gasloc_coordinator_worker_local_steps",
+        "Local-step budget H_i of a member in its job's latest planned round",
+        steps));
+    families.push_back(GaugeFamily(
+        "gasloc_coordinator_worker_wait_fraction",
+        "Fraction of a member's latest reported round spent waiting for "
+        "peers (wait / (compute + exchange))",
+        waits));
     return families;
   });
 }

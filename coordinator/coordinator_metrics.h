@@ -50,7 +50,7 @@ class CoordinatorMetrics {
   static constexpr const char* kRpcMethods[] = {
       "RegisterWorker", "Heartbeat", "LeaveWorker",   "ListWorkers",
       "StartJob",       "GetJob",    "ListJobs",      "StopJob",
-      "WatchJob",       "GetAssignment", "ReportRound"};
+      "WatchJob",       "GetAssignment", "ReportRound", "ResumeJob"};
 
   explicit CoordinatorMetrics(prometheus::Registry& registry);
   CoordinatorMetrics(const CoordinatorMetrics&) = delete;

@@ -84,21 +84,38 @@ void Coordinator::PlanNextRound(JobRec& job, absl::Time now) {
     AddEvent(job, v1::JOB_EVENT_KIND_MEMBERSHIP, what, now);
   }
 
+  // The schedule first: each budget depends on this round's peers.
+  RoundRec rec = MakeRoundRec(job, r, epoch.epoch, /*deadline_unix_ms=*/0);
+  std::vector<double> links;
+  links.reserve(ids.size());
+  for (const auto& [wid, m] : job.members) links.push_back(m.bytes_per_second);
+  std::vector<ExpectedExchange> expected =
+      ExpectedExchanges(rec.schedule, ExchangeVolumeOf(st.spec()), links);
   // Budgets.
   std::vector<WorkerRates> rates;
+  std::vector<WorkerRound> this_round;
   std::vector<uint32_t> old_steps;
   rates.reserve(ids.size());
+  this_round.reserve(ids.size());
   old_steps.reserve(ids.size());
   for (const auto& [wid, m] : job.members) {
-    rates.push_back({m.steps_per_second, m.bytes_per_second});
+    ExpectedExchange e = this_round.size() < expected.size()
+                             ? expected[this_round.size()]
+                             : ExpectedExchange{};
+    if (e.bound_index >= 0 && static_cast<size_t>(e.bound_index) < ids.size())
+      e.bound_peer = ids[e.bound_index];
+    rates.push_back({.steps_per_second = m.steps_per_second,
+                     .bytes_per_second = m.bytes_per_second});
+    this_round.push_back({.exchange = e, .previous_steps = m.local_steps});
     old_steps.push_back(m.local_steps);
   }
   BudgetPlan plan = PlanBudgets(
-      rates, BudgetOptionsFor(st.spec(), static_cast<uint32_t>(ids.size())));
+      rates, this_round,
+      BudgetOptionsFor(st.spec(), static_cast<uint32_t>(ids.size())));
   const int64_t deadline = absl::ToUnixMillis(
       now + absl::Seconds(plan.target_round_seconds) +
       absl::Milliseconds(st.spec().exchange().deadline_ms()));
-  RoundRec rec = MakeRoundRec(job, r, epoch.epoch, deadline);
+  rec.deadline_unix_ms = deadline;
 
   std::vector<std::string> changes;
   for (const BudgetDiff& d : DiffBudgets(old_steps, plan.budgets)) {
@@ -176,6 +193,38 @@ void Coordinator::PlanNextRound(JobRec& job, absl::Time now) {
   }
 }
 
+void Coordinator::AddWorkerBudgets(const JobRec& job,
+                                   v1::JobStatus* status) const {
+  if (job.rounds.empty()) return;
+  const RoundRec& round = job.rounds.rbegin()->second;
+  const EpochRec* epoch = EpochOf(job, round.epoch);
+  if (epoch == nullptr) return;
+  for (size_t i = 0; i < epoch->members.size() && i < round.budgets.size();
+       ++i) {
+    const uint64_t wid = epoch->members[i];
+    const Budget& b = round.budgets[i];
+    v1::WorkerBudget* w = status->add_worker_budgets();
+    w->set_worker_id(wid);
+    w->set_round(round.round);
+    w->set_local_steps(b.local_steps);
+    w->set_previous_local_steps(b.previous_steps);
+    w->set_steps_per_second(b.steps_per_second);
+    w->set_bytes_per_second(b.bytes_per_second);
+    w->set_exchange_seconds(b.exchange_seconds);
+    w->set_bound_peer(b.bound_peer);
+    w->set_bound_bytes_per_second(b.bound_bytes_per_second);
+    w->set_target_seconds(b.target_seconds);
+    auto m = job.members.find(wid);
+    if (m != job.members.end()) {
+      w->set_wait_fraction(m->second.wait_fraction);
+      // Not used by a uniform or unmeasured budget: the current estimate.
+      if (b.basis != Budget::Basis::kAdaptive)
+        w->set_steps_per_second(m->second.steps_per_second);
+    }
+    w->set_reason(b.Reason());
+  }
+}
+
 v1::Assignment Coordinator::StopAssignment(const JobRec& job,
                                            const std::string& message) const {
   v1::Assignment a;
@@ -225,23 +274,29 @@ v1::Assignment Coordinator::BuildAssignment(const JobRec& job,
   a.set_exchange_deadline_unix_ms(round.deadline_unix_ms);
 
   // A worker new to the job fetches the model from a member that was in the
-  // previous round and is still in the job (the lowest id).
+  // previous round and is still in the job (the lowest id); with no such
+  // member (a whole-cluster restart, a resumed job) or when the fetch fails
+  // (the source died too), it loads its checkpoint of the job's latest
+  // complete set.
   auto m = job.members.find(worker_id);
   if (m == job.members.end() ||
       m->second.first_round != static_cast<int64_t>(round.round) ||
       round.round == 0)
     return a;
   auto prev = job.rounds.find(round.round - 1);
-  if (prev == job.rounds.end()) return a;
-  for (uint64_t id : EpochOf(job, prev->second.epoch)->members) {
-    if (id == worker_id || !job.members.count(id)) continue;
-    if (!std::binary_search(members.begin(), members.end(), id)) continue;
-    v1::PeerAssignment* src = a.mutable_model_source();
-    src->set_worker_id(id);
-    src->set_address(membership_.at(id).stored.info.address());
-    src->set_weight(1.0f);
-    break;
+  if (prev != job.rounds.end()) {
+    for (uint64_t id : EpochOf(job, prev->second.epoch)->members) {
+      if (id == worker_id || !job.members.count(id)) continue;
+      if (!std::binary_search(members.begin(), members.end(), id)) continue;
+      v1::PeerAssignment* src = a.mutable_model_source();
+      src->set_worker_id(id);
+      src->set_address(membership_.at(id).stored.info.address());
+      src->set_weight(1.0f);
+      break;
+    }
   }
+  if (job.stored.status.has_checkpoint_set())
+    *a.mutable_resume_from() = job.stored.status.checkpoint_set();
   return a;
 }
 
@@ -330,9 +385,9 @@ absl::StatusOr<v1::Assignment> Coordinator::GetAssignment(
   const absl::Duration wait = request.wait_ms() == 0
                                   ? options_.default_wait
                                   : absl::Milliseconds(request.wait_ms());
-  // Waiting is real time (a condition variable); decisions use the clock.
-  const absl::Time give_up = absl::Now() + wait;
+  // Every wait is on the clock (tests drive it with a FakeClock).
   absl::MutexLock lock(&mu_);
+  const absl::Time give_up = clock_->Now() + wait;
   while (true) {
     ASSIGN_OR_RETURN(std::optional<v1::Assignment> result,
                      Call([&](absl::Time now) {
@@ -340,10 +395,16 @@ absl::StatusOr<v1::Assignment> Coordinator::GetAssignment(
                        return TryAssign(request, now);
                      }));
     if (result.has_value()) return std::move(*result);
-    const absl::Duration left = give_up - absl::Now();
-    if (left <= absl::ZeroDuration() || (cancelled && cancelled())) break;
-    // Wake on any change, and at least every 500 ms to re-check leases.
-    changed_.WaitWithTimeout(&mu_, std::min(left, absl::Milliseconds(500)));
+    if (clock_->Now() >= give_up || (cancelled && cancelled())) break;
+    // Wait for a change (a call that wrote or added an event), and at the
+    // latest kLongPollRecheck to re-check leases (and `cancelled`). A
+    // wake-up that is neither (a spurious one) runs no transaction.
+    const uint64_t seen = changes_;
+    const absl::Time recheck =
+        std::min(give_up, clock_->Now() + kLongPollRecheck);
+    while (changes_ == seen && clock_->Now() < recheck &&
+           !(cancelled && cancelled()))
+      clock_->WaitWithDeadline(&changed_, &mu_, recheck);
   }
   v1::Assignment none;
   none.set_kind(v1::ASSIGNMENT_KIND_NONE);
@@ -391,13 +452,36 @@ absl::Status Coordinator::ApplyReport(const v1::ReportRoundRequest& request,
   m.last_reported_round = static_cast<int64_t>(request.round());
   if (request.inner_steps() > 0 && request.compute_seconds() > 0)
     m.steps_per_second =
-        UpdateEma(m.steps_per_second,
-                  request.inner_steps() / request.compute_seconds(),
-                  options_.ema_weight);
-  const double link = LinkBytesPerSecond(
-      request.bytes_sent(), request.bytes_received(), request.exchange_seconds());
-  if (link > 0)
-    m.bytes_per_second = UpdateEma(m.bytes_per_second, link, options_.ema_weight);
+        BoundedEma(m.steps_per_second,
+                   request.inner_steps() / request.compute_seconds(),
+                   options_.ema_weight, kMaxEstimateFactor);
+  // b_i from wire time only (the wait for a partner is not the link's):
+  // per-peer samples when the worker sent them, else the whole exchange's
+  // wire time; a report without wire time leaves b_i as it is.
+  std::vector<LinkObservation> samples;
+  // Concurrent receives share the link: a peer's sample is scaled by their
+  // number (link_model.h; a ring all-reduce reports one sample).
+  const double sharing = static_cast<double>(request.link_samples_size());
+  for (const v1::LinkSample& sample : request.link_samples()) {
+    const double rate =
+        sharing * LinkBytesPerSecond(0, sample.bytes(), sample.wire_seconds());
+    auto peer = job.members.find(sample.peer_id());
+    samples.push_back(
+        {.bytes_per_second = rate,
+         .peer_estimate =
+             peer == job.members.end() ? 0 : peer->second.bytes_per_second});
+  }
+  if (samples.empty())
+    samples.push_back({.bytes_per_second = LinkBytesPerSecond(
+                           request.bytes_sent(), request.bytes_received(),
+                           request.wire_seconds())});
+  m.bytes_per_second = UpdateLinkEstimate(m.bytes_per_second, samples,
+                                          options_.ema_weight,
+                                          kMaxEstimateFactor);
+  const double round_seconds =
+      request.compute_seconds() + request.exchange_seconds();
+  m.wait_fraction =
+      round_seconds > 0 ? request.wait_seconds() / round_seconds : 0;
   if (request.val_bpb() > 0) m.val_bpb = request.val_bpb();
   m.train_loss = request.train_loss();
   Contribute(job, m, +1);
@@ -410,6 +494,7 @@ absl::Status Coordinator::ApplyReport(const v1::ReportRoundRequest& request,
                         << request.failure_reason() << ")";
   SaveMember(m);
   UpdateProgress(job, now);
+  RecordCheckpoint(job, request, now);
   if (!std::isfinite(request.train_loss())) {
     EndJob(job, v1::JOB_STATE_FAILED,
            absl::StrCat("worker ", request.worker_id(),

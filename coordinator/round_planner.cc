@@ -67,17 +67,28 @@ double EstimateEtaSeconds(const v1::JobStatus& status, absl::Time now) {
   return std::isfinite(eta) ? eta : -1;
 }
 
-double ExchangeBytes(const v1::JobSpec& spec, uint32_t members) {
+ExchangeVolume ExchangeVolumeOf(const v1::JobSpec& spec) {
   const double bytes_per_param =
       spec.exchange().encoding() == v1::WIRE_ENCODING_BF16 ? 2.0 : 4.0;
-  const double model_bytes =
-      static_cast<double>(ModelParameterCount(spec.model())) * bytes_per_param;
-  if (!IsGossipAlgorithm(spec.outer().algorithm()) ||
-      spec.outer().topology() == v1::TOPOLOGY_COMPLETE) {
+  return {.kind = IsGossipAlgorithm(spec.outer().algorithm())
+                      ? ExchangeVolume::Kind::kGossip
+                      : ExchangeVolume::Kind::kRingAllReduce,
+          .model_bytes = static_cast<double>(
+                             ModelParameterCount(spec.model())) *
+                         bytes_per_param};
+}
+
+double ExchangeBytes(const v1::JobSpec& spec, uint32_t members) {
+  const ExchangeVolume volume = ExchangeVolumeOf(spec);
+  const double model_bytes = volume.model_bytes;
+  if (volume.kind == ExchangeVolume::Kind::kRingAllReduce) {
     if (members < 2) return 0;
     return model_bytes * 2.0 * (members - 1) / members;
   }
   switch (spec.outer().topology()) {
+    case v1::TOPOLOGY_COMPLETE:
+      // Gossip on the complete graph sends y to each of the others.
+      return members < 2 ? 0 : model_bytes * (members - 1);
     case v1::TOPOLOGY_RANDOM_TWO_PEER:
     case v1::TOPOLOGY_RING:
       return 2 * model_bytes;

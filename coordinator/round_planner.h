@@ -38,9 +38,13 @@ std::optional<std::string> StopReason(const v1::JobSpec& spec,
 // since `started`; < 0 = unknown.
 double EstimateEtaSeconds(const v1::JobStatus& status, absl::Time now);
 
+// What a round of `spec` moves (link_model.h): gossip or a ring
+// all-reduce, and one model's wire size (4 bytes per parameter, 2 with BF16).
+ExchangeVolume ExchangeVolumeOf(const v1::JobSpec& spec);
+
 // Bytes one worker moves per exchange: the model's wire size times the
 // number of model copies the topology sends (1 peer: 1; 2 peers / ring: 2;
-// ring all-reduce over n: 2(n-1)/n).
+// complete-graph gossip: n-1; ring all-reduce over n: 2(n-1)/n).
 double ExchangeBytes(const v1::JobSpec& spec, uint32_t members);
 
 // The budget planner's options for a round of `members` workers of `spec`.

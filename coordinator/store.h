@@ -64,6 +64,9 @@ struct StoredMember {
   float train_loss = 0;
   float val_bpb = 0;
   bool got_stop = false;
+  // Fraction of the latest reported round spent waiting for peers (not
+  // persisted: shown by GetJob's worker_budgets until the next report).
+  double wait_fraction = 0;
 };
 
 struct StoredEpoch {

@@ -86,6 +86,15 @@ grpc::Status CoordinatorService::StopJob(grpc::ServerContext*,
              [&](auto s) { *response->mutable_job() = std::move(s); }));
 }
 
+grpc::Status CoordinatorService::ResumeJob(
+    grpc::ServerContext*, const v1::ResumeJobRequest* request,
+    v1::ResumeJobResponse* response) {
+  return Counted(
+      "ResumeJob",
+      Unwrap(coordinator_->ResumeJob(request->job_id(), request->reason()),
+             [&](auto s) { *response->mutable_job() = std::move(s); }));
+}
+
 grpc::Status CoordinatorService::WatchJob(
     grpc::ServerContext* context, const v1::WatchJobRequest* request,
     grpc::ServerWriter<v1::JobEvent>* writer) {

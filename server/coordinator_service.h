@@ -59,6 +59,9 @@ class CoordinatorService final : public v1::Coordinator::Service {
   grpc::Status StopJob(grpc::ServerContext* context,
                        const v1::StopJobRequest* request,
                        v1::StopJobResponse* response) override;
+  grpc::Status ResumeJob(grpc::ServerContext* context,
+                         const v1::ResumeJobRequest* request,
+                         v1::ResumeJobResponse* response) override;
   grpc::Status WatchJob(grpc::ServerContext* context,
                         const v1::WatchJobRequest* request,
                         grpc::ServerWriter<v1::JobEvent>* writer) override;

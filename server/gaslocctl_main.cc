@@ -37,8 +37,9 @@ ABSL_FLAG(std::string, output, "table", "Output format: table or json.");
 ABSL_FLAG(int, timeout_ms, 10000,
           "Deadline of each call in milliseconds (job watch: of connecting).");
 ABSL_FLAG(bool, all, false, "workers: include dead and departed workers.");
-ABSL_FLAG(std::string, reason, "gaslocctl job stop",
-          "job stop: the reason recorded with the job.");
+ABSL_FLAG(std::string, reason, "",
+          "job stop / job resume: the reason recorded with the job (default "
+          "'gaslocctl job stop' / 'gaslocctl job resume').");
 ABSL_FLAG(std::string, tls_ca, "",
           "PEM root of the coordinator's certificate (enables TLS).");
 ABSL_FLAG(std::string, tls_cert, "", "PEM client certificate (mutual TLS).");
@@ -154,6 +155,19 @@ void PrintJobs(const std::vector<const v1::JobStatus*>& jobs) {
   PrintTable(rows);
 }
 
+// The job's latest complete checkpoint set: what a resume starts from.
+std::string CheckpointSetText(const v1::JobStatus& job) {
+  if (!job.has_checkpoint_set()) return "- (none complete yet)";
+  const v1::CheckpointSet& set = job.checkpoint_set();
+  return absl::StrCat("round ", set.round(), " (workers ",
+                      absl::StrJoin(set.worker_ids(), ","), ", val bpb ",
+                      LossText(set.val_bpb()), ", at ",
+                      absl::FormatTime("%Y-%m-%d %H:%M:%S UTC",
+                                       absl::FromUnixMillis(set.unix_ms()),
+                                       absl::UTCTimeZone()),
+                      ")");
+}
+
 void PrintJobDetail(const v1::JobStatus& job) {
   auto ms = [](int64_t t) {
     return t == 0 ? std::string("-")
@@ -181,6 +195,7 @@ void PrintJobDetail(const v1::JobStatus& job) {
       {"started:", ms(job.started_unix_ms())},
       {"ended:", ms(job.ended_unix_ms())},
       {"eta:", FormatEta(job.eta_seconds())},
+      {"checkpoint set:", CheckpointSetText(job)},
   });
   if (job.failures_size() > 0) {
     std::printf("worker failures (newest last):\n");
@@ -261,11 +276,17 @@ int JobList(v1::Coordinator::Stub& stub) {
   return kOk;
 }
 
-int JobGet(v1::Coordinator::Stub& stub, uint64_t id) {
+// GetJob of `id` into *response.
+grpc::Status FetchJob(v1::Coordinator::Stub& stub, uint64_t id,
+                      v1::GetJobResponse* response) {
   v1::GetJobRequest request;
   request.set_job_id(id);
+  return stub.GetJob(Context().get(), request, response);
+}
+
+int JobGet(v1::Coordinator::Stub& stub, uint64_t id) {
   v1::GetJobResponse response;
-  grpc::Status status = stub.GetJob(Context().get(), request, &response);
+  grpc::Status status = FetchJob(stub, id, &response);
   if (!status.ok()) return Fail(Describe(status));
   if (Json()) {
     std::printf("%s\n", ToJson(response.job()).c_str());
@@ -275,21 +296,82 @@ int JobGet(v1::Coordinator::Stub& stub, uint64_t id) {
   return kOk;
 }
 
+// `job budgets ID`: every member's H_i in the latest planned round, the
+// inputs of the formula (algorithms.md section 5), its waiting and why.
+int JobBudgets(v1::Coordinator::Stub& stub, uint64_t id) {
+  v1::GetJobResponse response;
+  grpc::Status status = FetchJob(stub, id, &response);
+  if (!status.ok()) return Fail(Describe(status));
+  const v1::JobStatus& job = response.job();
+  if (Json()) {
+    v1::JobStatus budgets;
+    budgets.set_job_id(job.job_id());
+    *budgets.mutable_worker_budgets() = job.worker_budgets();
+    std::printf("%s\n", ToJson(budgets).c_str());
+    return kOk;
+  }
+  if (job.worker_budgets().empty()) {
+    std::printf("job %llu has no planned round yet\n",
+                static_cast<unsigned long long>(id));
+    return kOk;
+  }
+  std::vector<std::vector<std::string>> rows = {
+      {"WORKER", "ROUND", "H_I", "PREV", "STEPS/S", "LINK_MB/S", "C_I_S",
+       "BOUND_BY", "T_S", "WAIT", "REASON"}};
+  for (const v1::WorkerBudget& b : job.worker_budgets())
+    rows.push_back(
+        {absl::StrCat(b.worker_id()), absl::StrCat(b.round()),
+         absl::StrCat(b.local_steps()),
+         b.previous_local_steps() == 0 ? "-"
+                                       : absl::StrCat(b.previous_local_steps()),
+         absl::StrFormat("%.2f", b.steps_per_second()),
+         b.bytes_per_second() > 0
+             ? absl::StrFormat("%.1f",
+                               LinkMegabytesPerSecond(b.bytes_per_second()))
+             : "-",
+         absl::StrFormat("%.3g", b.exchange_seconds()),
+         b.bound_peer() == 0 ? "-" : absl::StrCat(b.bound_peer()),
+         absl::StrFormat("%.3g", b.target_seconds()),
+         absl::StrFormat("%.0f%%", 100 * b.wait_fraction()), b.reason()});
+  PrintTable(rows);
+  return kOk;
+}
+
+std::string ReasonOr(const std::string& fallback) {
+  const std::string reason = absl::GetFlag(FLAGS_reason);
+  return reason.empty() ? fallback : reason;
+}
+
+// Prints the outcome of a call that changed job `id`'s state (stop,
+// resume): its new state and message, or the job as JSON.
+int PrintStateChange(uint64_t id, const grpc::Status& status,
+                     const v1::JobStatus& job) {
+  if (!status.ok()) return Fail(Describe(status));
+  if (Json()) {
+    std::printf("%s\n", ToJson(job).c_str());
+  } else {
+    std::printf("job %llu %s: %s\n", static_cast<unsigned long long>(id),
+                StateName(job.state()).c_str(), job.message().c_str());
+  }
+  return kOk;
+}
+
 int JobStop(v1::Coordinator::Stub& stub, uint64_t id) {
   v1::StopJobRequest request;
   request.set_job_id(id);
-  request.set_reason(absl::GetFlag(FLAGS_reason));
+  request.set_reason(ReasonOr("gaslocctl job stop"));
   v1::StopJobResponse response;
   grpc::Status status = stub.StopJob(Context().get(), request, &response);
-  if (!status.ok()) return Fail(Describe(status));
-  if (Json()) {
-    std::printf("%s\n", ToJson(response.job()).c_str());
-  } else {
-    std::printf("job %llu %s: %s\n", static_cast<unsigned long long>(id),
-                StateName(response.job().state()).c_str(),
-                response.job().message().c_str());
-  }
-  return kOk;
+  return PrintStateChange(id, status, response.job());
+}
+
+int JobResume(v1::Coordinator::Stub& stub, uint64_t id) {
+  v1::ResumeJobRequest request;
+  request.set_job_id(id);
+  request.set_reason(ReasonOr("gaslocctl job resume"));
+  v1::ResumeJobResponse response;
+  grpc::Status status = stub.ResumeJob(Context().get(), request, &response);
+  return PrintStateChange(id, status, response.job());
 }
 
 std::string ProgressLine(const v1::JobStatus& job) {
@@ -398,7 +480,10 @@ int Run(const std::vector<std::string>& args) {
     return Workers(*stub);
   }
   if (command != "job") return Usage(absl::StrCat("unknown command '", command, "'"));
-  if (args.size() < 3) return Usage("job needs a subcommand: start, list, get, watch, stop");
+  if (args.size() < 3)
+    return Usage(
+        "job needs a subcommand: start, list, get, status, budgets, watch, stop, "
+        "resume");
   const std::string& sub = args[2];
   if (sub == "list") {
     if (args.size() != 3) return Usage("job list takes no arguments");
@@ -409,9 +494,11 @@ int Run(const std::vector<std::string>& args) {
   if (sub == "start") return JobStart(*stub, args[3]);
   auto id = ParseId(args[3]);
   if (!id.ok()) return Usage(std::string(id.status().message()));
-  if (sub == "get") return JobGet(*stub, *id);
+  if (sub == "get" || sub == "status") return JobGet(*stub, *id);
+  if (sub == "budgets") return JobBudgets(*stub, *id);
   if (sub == "watch") return JobWatch(*stub, *id);
   if (sub == "stop") return JobStop(*stub, *id);
+  if (sub == "resume") return JobResume(*stub, *id);
   return Usage(absl::StrCat("unknown job subcommand '", sub, "'"));
 }
 
@@ -427,10 +514,16 @@ int main(int argc, char** argv) {
       "  job start SPEC   start a job (SPEC: JSON or text-format JobSpec file; "
       "- = stdin)\n"
       "  job list         list jobs\n"
-      "  job get ID       show one job\n"
+      "  job get ID       show one job (its failures, its latest complete "
+      "checkpoint set)\n"
+      "  job status ID    the same as job get\n"
+      "  job budgets ID   every member's H_i, s_i, b_i, c_i, wait and reason "
+      "in the latest planned round\n"
       "  job watch ID     follow a job's progress until it ends (exit 0 when it "
       "finishes)\n"
       "  job stop ID      stop a job [--reason=TEXT]\n"
+      "  job resume ID    a STOPPED or FAILED job runs again from its latest "
+      "complete checkpoint set [--reason=TEXT]\n"
       "  workers          list workers [--all: dead and departed too]\n"
       "Exit codes: 0 ok, 1 failed (one-line reason on stderr), 2 bad usage.");
   return gasloc::ctl::Run(args);

@@ -79,6 +79,95 @@ TEST(BudgetTest, ClampsToFloorAndCeiling) {
   EXPECT_THAT(plan.budgets[1].Reason(), HasSubstr("link not measured"));
 }
 
+TEST(BudgetTest, ExpectedExchangeFromThePeersSetsCi) {
+  // Two pairs: one bounded by a slow link (4 s), one fast (1 s).
+  auto pair = [](double c, int64_t bound) {
+    return WorkerRound{
+        .exchange = {.seconds = c,
+                     .bound_index = bound,
+                     .bound_peer = static_cast<uint64_t>(bound + 1),
+                     .bound_bytes_per_second = 2.5e7},
+        .previous_steps = 0};
+  };
+  const WorkerRates rates{.steps_per_second = 10, .bytes_per_second = 1e8};
+  BudgetPlan plan =
+      PlanBudgets({rates, rates, rates, rates},
+                  {pair(1, 1), pair(1, 0), pair(4, 3), pair(4, 2)}, Adaptive());
+  EXPECT_DOUBLE_EQ(plan.target_round_seconds, 11);
+  EXPECT_EQ(plan.budgets[0].local_steps, 100u);
+  EXPECT_EQ(plan.budgets[2].local_steps, 70u);
+  EXPECT_EQ(plan.budgets[3].local_steps, 70u);
+  EXPECT_THAT(plan.budgets[2].Reason(), HasSubstr("bound by worker 4, 25 MB/s"));
+  // The odd one out (no peer) does not set T: it keeps H.
+  const WorkerRound alone{
+      .exchange = {.seconds = 0,
+                   .bound_index = -1,
+                   .bound_peer = 0,
+                   .bound_bytes_per_second = 0},
+      .previous_steps = 0};
+  plan = PlanBudgets({rates, rates, rates}, {pair(4, 1), pair(4, 0), alone},
+                     Adaptive());
+  EXPECT_DOUBLE_EQ(plan.target_round_seconds, 14);
+  EXPECT_EQ(plan.budgets[0].local_steps, 100u);
+  EXPECT_EQ(plan.budgets[2].local_steps, 100u);
+}
+
+TEST(BudgetTest, SmallChangesAreWithinTheDeadBand) {
+  auto previous = [](uint32_t steps) {
+    return WorkerRound{.exchange = {}, .previous_steps = steps};
+  };
+  // The formula says 50; a previous 52 is within 5% of H: kept.
+  BudgetPlan plan = PlanBudgets({{10, 0}, {5, 0}},
+                                {previous(100), previous(52)}, Adaptive());
+  EXPECT_EQ(plan.budgets[1].local_steps, 52u);
+  EXPECT_EQ(plan.budgets[1].guard, Budget::Guard::kDeadBand);
+  EXPECT_THAT(plan.budgets[1].Reason(), HasSubstr("dead band"));
+  // A previous 60 is outside: the change is made and says where from.
+  plan = PlanBudgets({{10, 0}, {5, 0}}, {previous(100), previous(60)},
+                     Adaptive());
+  EXPECT_EQ(plan.budgets[1].local_steps, 50u);
+  EXPECT_EQ(plan.budgets[1].guard, Budget::Guard::kNone);
+  EXPECT_THAT(plan.budgets[1].Reason(), HasSubstr("(was 60)"));
+}
+
+TEST(BudgetTest, EncodingRoundTripsAndReadsTheFirstFormat) {
+  Budget b;
+  b.local_steps = 40;
+  b.basis = Budget::Basis::kAdaptive;
+  b.link_known = true;
+  b.nominal_steps = 100;
+  b.min_steps = 10;
+  b.steps_per_second = 4;
+  b.fastest_steps_per_second = 10;
+  b.exchange_seconds = 2;
+  b.target_seconds = 11;
+  b.raw_steps = 36;
+  b.bytes_per_second = 5e7;
+  b.bound_peer = 7;
+  b.bound_bytes_per_second = 2.5e7;
+  b.previous_steps = 41;
+  b.guard = Budget::Guard::kDeadBand;
+  const std::string blob = EncodeBudgets({b, Budget{}});
+  EXPECT_EQ(blob.size(), 4 + 2 * kBudgetRecordBytes);
+  auto decoded = DecodeBudgets(blob);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  ASSERT_EQ(decoded->size(), 2u);
+  EXPECT_EQ((*decoded)[0].Reason(), b.Reason());
+  EXPECT_EQ((*decoded)[0].bound_peer, 7u);
+  EXPECT_EQ((*decoded)[0].previous_steps, 41u);
+  EXPECT_EQ((*decoded)[0].guard, Budget::Guard::kDeadBand);
+  // A first-format blob (a state file from before): the first 56 bytes of
+  // each record, with no magic.
+  std::string v1 = blob.substr(4, kBudgetRecordBytesV1);
+  v1[6] = 0;  // the first format had padding where the guard now is
+  auto old = DecodeBudgets(v1);
+  ASSERT_TRUE(old.ok()) << old.status();
+  ASSERT_EQ(old->size(), 1u);
+  EXPECT_EQ((*old)[0].local_steps, 40u);
+  EXPECT_DOUBLE_EQ((*old)[0].raw_steps, 36);
+  EXPECT_EQ((*old)[0].bound_peer, 0u);
+}
+
 TEST(BudgetTest, EmaStartsAtFirstSample) {
   EXPECT_DOUBLE_EQ(UpdateEma(0, 8, 0.3), 8);
   EXPECT_DOUBLE_EQ(UpdateEma(10, 20, 0.5), 15);

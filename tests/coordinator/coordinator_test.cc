@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <set>
 #include <thread>
@@ -38,6 +39,9 @@ v1::JobSpec Spec(uint32_t min_workers = 1, uint64_t max_rounds = 100) {
 
 class CoordinatorTest : public ::testing::Test {
  protected:
+  // A long-poll that finds nothing moves the clock to its end (1 ms with
+  // Ask's default); tests of waiting turn auto-advance off.
+  CoordinatorTest() { clock_.SetAutoAdvance(true); }
   void SetUp() override { Make(nullptr); }
 
   void Make(std::unique_ptr<Store> store) {
@@ -95,6 +99,7 @@ class CoordinatorTest : public ::testing::Test {
     req.set_bytes_sent(bytes);
     req.set_bytes_received(bytes);
     req.set_exchange_seconds(exchange_s);
+    req.set_wire_seconds(exchange_s);  // all of it moving bytes
     req.set_train_loss(2.0f);
     req.set_tokens(1000);
     return coord_->ReportRound(req);
@@ -306,9 +311,27 @@ TEST_F(CoordinatorTest, SlowLinkGetsFewerSteps) {
                        static_cast<uint64_t>(model_bytes), exchange_s)
                     .ok());
   }
-  EXPECT_EQ(Ask(ids[0], job, 0)->local_steps(), 100u);
+  // The slow link bounds its pair's transfer (4 s): both compute
+  // (11 - 4) * 10 = 70 steps; the other pair keeps H.
   auto slow = Ask(ids[3], job, 0);
+  ASSERT_EQ(slow->peers_size(), 1);
   EXPECT_EQ(slow->local_steps(), 70u) << slow->budget_reason();
+  EXPECT_THAT(slow->budget_reason(), HasSubstr("bound by worker"));
+  for (size_t i = 0; i < 3; ++i) {
+    auto a = Ask(ids[i], job, 0);
+    const bool with_slow = a->peers(0).worker_id() == ids[3];
+    EXPECT_EQ(a->local_steps(), with_slow ? 70u : 100u) << a->budget_reason();
+  }
+  // Every member's budget, its inputs and its wait, for gaslocctl.
+  auto st = coord_->GetJob(job);
+  ASSERT_TRUE(st.ok());
+  ASSERT_EQ(st->worker_budgets_size(), 4);
+  EXPECT_EQ(st->worker_budgets(3).worker_id(), ids[3]);
+  EXPECT_EQ(st->worker_budgets(3).local_steps(), 70u);
+  EXPECT_EQ(st->worker_budgets(3).previous_local_steps(), 100u);
+  EXPECT_NEAR(st->worker_budgets(3).exchange_seconds(), 4.0, 1e-6);
+  EXPECT_NEAR(st->worker_budgets(3).bytes_per_second(), model_bytes / 4, 1);
+  EXPECT_THAT(st->worker_budgets(3).reason(), HasSubstr("(was 100)"));
 }
 
 TEST_F(CoordinatorTest, UniformBudgetsAndRingOrderForDiloco) {
@@ -487,6 +510,7 @@ TEST_F(CoordinatorTest, SeveralJobsOneJobPerWorker) {
 }
 
 TEST_F(CoordinatorTest, LongPollWakesWhenAJobStarts) {
+  clock_.SetAutoAdvance(false);  // the waiter waits on the clock
   const uint64_t a = Register();
   v1::GetAssignmentRequest req;
   req.set_worker_id(a);
@@ -507,15 +531,45 @@ TEST_F(CoordinatorTest, LongPollWakesWhenAJobStarts) {
   EXPECT_TRUE(waiting.WaitForNotificationWithTimeout(absl::Seconds(10)))
       << "never waited";
   EXPECT_FALSE(done.HasBeenNotified()) << "returned instead of waiting";
-  const absl::Time t0 = absl::Now();
+  const absl::Time t0 = clock_.Now();
   const uint64_t job = Start(Spec());
-  waiter.join();  // at the latest when its 20 s run out
+  // Woken by the start, with the clock still where it was (its 20 s have
+  // not run out). If it is not, its wait is ended so the thread joins.
+  EXPECT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(10)))
+      << "not woken by the start";
+  clock_.Advance(absl::Seconds(20));
+  waiter.join();
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->kind(), v1::ASSIGNMENT_KIND_ROUND);
   EXPECT_EQ(got->job_id(), job);
   EXPECT_EQ(got->round(), 0u);
-  // Woken by the start, well before its 20 s wait ran out.
-  EXPECT_LT(absl::Now() - t0, absl::Seconds(5));
+  EXPECT_EQ(clock_.Now() - t0, absl::Seconds(20));  // the test's advance only
+}
+
+// GetAssignment's wait is on the clock: it returns NONE exactly when the
+// clock reaches wait_ms, not before, however long that takes in real time.
+TEST_F(CoordinatorTest, LongPollWaitsOnTheClock) {
+  clock_.SetAutoAdvance(false);
+  const uint64_t a = Register();
+  absl::Notification done;
+  absl::StatusOr<v1::Assignment> got;
+  std::thread waiter([&] {
+    got = Ask(a, 0, -1, /*wait_ms=*/5000);
+    done.Notify();
+  });
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  while (clock_.waiters() < 1 && absl::Now() < give_up)
+    absl::SleepFor(absl::Milliseconds(1));
+  EXPECT_GE(clock_.waiters(), 1) << "the long-poll does not wait on the clock";
+  clock_.Advance(absl::Milliseconds(4999));
+  EXPECT_FALSE(done.WaitForNotificationWithTimeout(absl::Milliseconds(50)))
+      << "returned before its 5 s of the clock";
+  clock_.Advance(absl::Milliseconds(1));
+  EXPECT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  if (!done.HasBeenNotified()) clock_.Advance(absl::Hours(1));
+  waiter.join();
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->kind(), v1::ASSIGNMENT_KIND_NONE);
 }
 
 TEST_F(CoordinatorTest, WatchSeesSnapshotThenEvents) {
@@ -737,6 +791,7 @@ TEST_F(CoordinatorTest, IdleLongPollsDoNotWakeEachOther) {
   });
   Make(std::move(*store));
   const std::vector<uint64_t> ids = RegisterN(2);
+  clock_.SetAutoAdvance(false);
   const int before = begins.load();
   std::vector<std::thread> polls;
   for (uint64_t id : ids)
@@ -745,6 +800,14 @@ TEST_F(CoordinatorTest, IdleLongPollsDoNotWakeEachOther) {
       EXPECT_TRUE(r.ok()) << r.status();
       EXPECT_EQ(r->kind(), v1::ASSIGNMENT_KIND_NONE);
     });
+  // 1 s of the clock in 10 ms steps, each seen by the waiters (a FakeClock
+  // wait wakes every millisecond of real time: those wake-ups must not
+  // run transactions either).
+  clock_.AwaitWaiters(2);
+  for (int i = 0; i < 100; ++i) {
+    clock_.Advance(absl::Milliseconds(10));
+    absl::SleepFor(absl::Milliseconds(2));
+  }
   for (auto& t : polls) t.join();
   // 2 polls x (1 + 1000 ms / 500 ms) transactions, with slack.
   EXPECT_LE(begins.load() - before, 12);
@@ -810,6 +873,224 @@ TEST_F(CoordinatorTest, ACompletedRoundClearsASetUpFailure) {
   req.set_outcome(v1::ROUND_OUTCOME_FAILED);  // a round failure, not set-up
   ASSERT_TRUE(coord_->ReportRound(req).ok());
   EXPECT_EQ(coord_->GetJob(job)->state(), v1::JOB_STATE_RUNNING);
+}
+
+// ------------------------------------------- checkpoint sets and resuming
+
+// A file database at a fresh path under the test's temporary directory.
+std::string FreshDatabase(const std::string& name) {
+  const std::string path = absl::StrCat(::testing::TempDir(), "/", name);
+  for (const char* suffix : {"", "-wal", "-shm"})
+    std::remove((path + suffix).c_str());
+  return path;
+}
+
+class CheckpointSetTest : public CoordinatorTest {
+ protected:
+  void SetUp() override {
+    path_ = FreshDatabase("checkpoint_set.sqlite");
+    Reopen();
+  }
+  // A new coordinator on the same database (a restart).
+  void Reopen() {
+    auto store = Store::Open(path_);
+    ASSERT_TRUE(store.ok()) << store.status();
+    Make(std::move(*store));
+  }
+  // A completed round; `next_round` > 0: the worker checkpointed it.
+  absl::Status Done(uint64_t id, uint64_t job, uint64_t round,
+                    uint64_t next_round, float val_bpb = 0) {
+    v1::ReportRoundRequest req;
+    req.set_worker_id(id);
+    req.set_job_id(job);
+    req.set_round(round);
+    req.set_inner_steps(100);
+    req.set_compute_seconds(10);
+    req.set_train_loss(2.0f);
+    req.set_val_bpb(val_bpb);
+    req.set_outcome(v1::ROUND_OUTCOME_COMPLETED);
+    req.set_checkpoint_next_round(next_round);
+    return coord_->ReportRound(req);
+  }
+  // Runs rounds [first, last] with `ids`, each checkpointing when
+  // `checkpoint` says so for (worker index, round).
+  void RunRounds(uint64_t job, const std::vector<uint64_t>& ids,
+                 uint64_t first, uint64_t last,
+                 const std::function<bool(size_t, uint64_t)>& checkpoint) {
+    for (uint64_t r = first; r <= last; ++r)
+      for (size_t i = 0; i < ids.size(); ++i) {
+        auto a = Ask(ids[i], job, static_cast<int64_t>(r) - 1);
+        ASSERT_TRUE(a.ok()) << a.status();
+        ASSERT_EQ(a->round(), r);
+        ASSERT_TRUE(
+            Done(ids[i], job, r, checkpoint(i, r) ? r + 1 : 0, 4.0f + i).ok());
+      }
+  }
+  std::string path_;
+};
+
+TEST_F(CheckpointSetTest, ASetIsCompleteWhenEveryMemberOfTheRoundWroteIt) {
+  const std::vector<uint64_t> ids = RegisterN(2);
+  const uint64_t job = Start(Spec(/*min_workers=*/2));
+  // Round 0: only the first member checkpoints; round 1: both; round 2:
+  // only the second (a newer partial set).
+  ASSERT_NO_FATAL_FAILURE(RunRounds(job, ids, 0, 2, [](size_t i, uint64_t r) {
+    return r == 1 || (r == 0 && i == 0) || (r == 2 && i == 1);
+  }));
+  auto st = coord_->GetJob(job);
+  ASSERT_TRUE(st.ok());
+  ASSERT_TRUE(st->has_checkpoint_set());
+  EXPECT_EQ(st->checkpoint_set().round(), 1u);
+  EXPECT_THAT(st->checkpoint_set().worker_ids(),
+              ::testing::ElementsAreArray(ids));
+  EXPECT_FLOAT_EQ(st->checkpoint_set().val_bpb(), 4.5f);
+  auto events = coord_->WaitJobEvents(job, 0, absl::ZeroDuration());
+  int sets = 0;
+  for (const v1::JobEvent& e : events->events)
+    sets += e.kind() == v1::JOB_EVENT_KIND_CHECKPOINT;
+  EXPECT_EQ(sets, 1);
+  // Persisted: a restarted coordinator shows the same set.
+  Reopen();
+  st = coord_->GetJob(job);
+  ASSERT_TRUE(st->has_checkpoint_set());
+  EXPECT_EQ(st->checkpoint_set().round(), 1u);
+}
+
+TEST_F(CheckpointSetTest, AWholeClusterRestartResumesFromTheSet) {
+  const std::vector<uint64_t> old_ids = RegisterN(2);
+  const uint64_t job = Start(Spec(/*min_workers=*/2));
+  ASSERT_NO_FATAL_FAILURE(RunRounds(job, old_ids, 0, 3, [](size_t i, uint64_t r) {
+    return r <= 2 || i == 0;  // round 3: only the first member's
+  }));
+  // Every worker is killed; their leases run out; they come back with new
+  // ids (and the same state directories).
+  clock_.Advance(kLease + absl::Seconds(1));
+  coord_->Tick();
+  const std::vector<uint64_t> ids = RegisterN(2);
+  auto st = coord_->GetJob(job);
+  EXPECT_EQ(st->state(), v1::JOB_STATE_RUNNING);
+  for (uint64_t id : ids) {
+    auto a = Ask(id, job, -1);
+    ASSERT_TRUE(a.ok()) << a.status();
+    EXPECT_EQ(a->round(), 4u);
+    EXPECT_FALSE(a->has_model_source()) << "no member left to fetch from";
+    ASSERT_TRUE(a->has_resume_from());
+    EXPECT_EQ(a->resume_from().round(), 2u) << "not round 3: a partial set";
+  }
+  // The next round's members are not new: no resume_from any more.
+  for (uint64_t id : ids) ASSERT_TRUE(Done(id, job, 4, 5).ok());
+  EXPECT_EQ(coord_->GetJob(job)->checkpoint_set().round(), 4u);
+  auto next = Ask(ids[0], job, 4);
+  EXPECT_FALSE(next->has_resume_from());
+}
+
+TEST_F(CheckpointSetTest, ResumeJobRunsAStoppedJobFromItsSet) {
+  const std::vector<uint64_t> ids = RegisterN(2);
+  const uint64_t job = Start(Spec(/*min_workers=*/2));
+  ASSERT_NO_FATAL_FAILURE(
+      RunRounds(job, ids, 0, 2, [](size_t, uint64_t r) { return r == 1; }));
+  EXPECT_EQ(coord_->ResumeJob(job, "").status().code(),
+            absl::StatusCode::kFailedPrecondition)
+      << "a RUNNING job";
+  ASSERT_TRUE(coord_->StopJob(job, "maintenance").ok());
+  for (uint64_t id : ids) EXPECT_EQ(Ask(id, job, 2)->kind(), v1::ASSIGNMENT_KIND_STOP);
+  // Across a coordinator restart (the job's planned rounds are gone).
+  Reopen();
+  auto resumed = coord_->ResumeJob(job, "maintenance over");
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  EXPECT_EQ(resumed->state(), v1::JOB_STATE_RUNNING);  // both idle workers
+  EXPECT_THAT(resumed->message(), HasSubstr("running with 2 workers"));
+  auto events = coord_->WaitJobEvents(job, 0, absl::ZeroDuration());
+  ASSERT_TRUE(events.ok());
+  bool said = false;
+  for (const v1::JobEvent& e : events->events)
+    said |= e.description().find(
+                "resumed from the checkpoint set of round 1: maintenance over") !=
+            std::string::npos;
+  EXPECT_TRUE(said) << "no event says where the job resumed from";
+  EXPECT_EQ(resumed->ended_unix_ms(), 0);
+  for (uint64_t id : ids) {
+    ASSERT_TRUE(Beat(id).ok());
+    auto a = Ask(id, 0, -1);
+    ASSERT_TRUE(a.ok()) << a.status();
+    ASSERT_EQ(a->kind(), v1::ASSIGNMENT_KIND_ROUND);
+    EXPECT_EQ(a->round(), 3u) << "after the last planned round";
+    ASSERT_TRUE(a->has_resume_from());
+    EXPECT_EQ(a->resume_from().round(), 1u);
+  }
+}
+
+TEST_F(CheckpointSetTest, ResumeJobIsRefusedWithTheReason) {
+  const std::vector<uint64_t> ids = RegisterN(2);
+  // Trained, no complete set: resuming would start from initial weights.
+  const uint64_t job = Start(Spec(/*min_workers=*/2));
+  ASSERT_NO_FATAL_FAILURE(
+      RunRounds(job, ids, 0, 1, [](size_t i, uint64_t) { return i == 0; }));
+  ASSERT_TRUE(coord_->StopJob(job, "").ok());
+  auto refused = coord_->ResumeJob(job, "");
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("no complete checkpoint set"));
+  EXPECT_THAT(refused.status().message(), HasSubstr("initial weights"));
+  for (uint64_t id : ids) Ask(id, job, 1).IgnoreError();  // idle again
+  // FINISHED: refused.
+  const uint64_t done = Start(Spec(2, /*max_rounds=*/1));
+  ASSERT_NO_FATAL_FAILURE(
+      RunRounds(done, ids, 0, 0, [](size_t, uint64_t) { return true; }));
+  for (uint64_t id : ids) EXPECT_EQ(Ask(id, done, 0)->kind(), v1::ASSIGNMENT_KIND_STOP);
+  ASSERT_EQ(coord_->GetJob(done)->state(), v1::JOB_STATE_FINISHED);
+  refused = coord_->ResumeJob(done, "");
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.status().message(), HasSubstr("FINISHED"));
+  EXPECT_EQ(coord_->ResumeJob(999, "").status().code(),
+            absl::StatusCode::kNotFound);
+  // Never trained (stopped before a round completed): back from round 0.
+  const uint64_t fresh = Start(Spec(/*min_workers=*/2));
+  ASSERT_EQ(Ask(ids[0], fresh, -1)->round(), 0u);
+  ASSERT_TRUE(coord_->StopJob(fresh, "").ok());
+  for (uint64_t id : ids) Ask(id, fresh, 0).IgnoreError();
+  auto again = coord_->ResumeJob(fresh, "");
+  ASSERT_TRUE(again.ok()) << again.status();
+  auto events = coord_->WaitJobEvents(fresh, 0, absl::ZeroDuration());
+  ASSERT_TRUE(events.ok());
+  bool said = false;
+  for (const v1::JobEvent& e : events->events)
+    said |= e.description().find("resumed from round 0") != std::string::npos;
+  EXPECT_TRUE(said) << "no event says where the job resumed from";
+  auto a = Ask(ids[0], 0, -1);
+  EXPECT_EQ(a->round(), 0u);
+  EXPECT_FALSE(a->has_resume_from());
+}
+
+TEST_F(CheckpointSetTest, SetUpFailuresSurviveACoordinatorRestart) {
+  const std::vector<uint64_t> ids = RegisterN(2);
+  const uint64_t job = Start(Spec(/*min_workers=*/2));
+  for (uint64_t id : ids) ASSERT_TRUE(Ask(id, job, -1).ok());
+  auto fail = [&](uint64_t id) {
+    v1::ReportRoundRequest req;
+    req.set_worker_id(id);
+    req.set_job_id(job);
+    req.set_round(0);
+    req.set_outcome(v1::ROUND_OUTCOME_SETUP_FAILED);
+    req.set_error(absl::StrCat("cannot set up the job: no corpus on ", id));
+    return coord_->ReportRound(req);
+  };
+  ASSERT_TRUE(fail(ids[0]).ok());
+  Reopen();
+  auto st = coord_->GetJob(job);
+  ASSERT_EQ(st->failures_size(), 1);
+  EXPECT_THAT(st->failures(0).error(), HasSubstr("no corpus"));
+  ASSERT_TRUE(fail(ids[1]).ok());
+  st = coord_->GetJob(job);
+  EXPECT_EQ(st->state(), v1::JOB_STATE_FAILED)
+      << "the first failure was forgotten by the restart: " << st->message();
+  EXPECT_THAT(st->message(), HasSubstr("every worker failed to set up"));
+  // The reason survives another restart.
+  Reopen();
+  st = coord_->GetJob(job);
+  EXPECT_EQ(st->state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(st->message(), HasSubstr("no corpus"));
+  EXPECT_EQ(st->failures_size(), 2);
 }
 
 }  // namespace

@@ -57,8 +57,14 @@ TEST(RoundPlannerTest, ExchangeBytesFollowTheTopology) {
   EXPECT_DOUBLE_EQ(ExchangeBytes(spec, 4), model);
   spec.mutable_outer()->set_topology(v1::TOPOLOGY_RING);
   EXPECT_DOUBLE_EQ(ExchangeBytes(spec, 4), 2 * model);
+  // Gossip on the complete graph sends y to each of the n - 1 others.
+  spec.mutable_outer()->set_topology(v1::TOPOLOGY_COMPLETE);
+  EXPECT_DOUBLE_EQ(ExchangeBytes(spec, 4), 3 * model);
+  EXPECT_EQ(ExchangeVolumeOf(spec).kind, ExchangeVolume::Kind::kGossip);
+  EXPECT_DOUBLE_EQ(ExchangeVolumeOf(spec).model_bytes, model);
   spec.mutable_outer()->set_algorithm(v1::ALGORITHM_DILOCO);
   EXPECT_DOUBLE_EQ(ExchangeBytes(spec, 4), model * 2 * 3 / 4);
+  EXPECT_EQ(ExchangeVolumeOf(spec).kind, ExchangeVolume::Kind::kRingAllReduce);
   EXPECT_EQ(ExchangeBytes(spec, 1), 0);
   const BudgetOptions o = BudgetOptionsFor(spec, 4);
   EXPECT_DOUBLE_EQ(o.exchange_bytes, model * 2 * 3 / 4);

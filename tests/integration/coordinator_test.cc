@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -299,6 +300,19 @@ TEST_F(CoordinatorProcessTest, GaslocctlDrivesAJobToTheEnd) {
   std::tie(rc, out) = Ctl({"job", "list"});
   ASSERT_EQ(rc, 0);
   EXPECT_THAT(out, HasSubstr("FINISHED"));
+  // Every member's budget of the latest planned round, with its inputs.
+  std::tie(rc, out) = Ctl({"job", "budgets", "1"});
+  ASSERT_EQ(rc, 0) << last_stderr_;
+  EXPECT_THAT(out, HasSubstr("H_I"));
+  EXPECT_THAT(out, HasSubstr("BOUND_BY"));
+  EXPECT_THAT(out, HasSubstr("REASON"));
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 3) << out;
+  std::tie(rc, out) = Ctl({"--output=json", "job", "budgets", "1"});
+  ASSERT_EQ(rc, 0) << last_stderr_;
+  EXPECT_THAT(out, HasSubstr("\"worker_budgets\""));
+  std::tie(rc, out) = Ctl({"job", "budgets", "99"});
+  EXPECT_EQ(rc, 1);
+  EXPECT_EQ(last_stderr_, "gaslocctl: job 99 not found\n");
   std::tie(rc, out) = Ctl({"job", "stop", "1"});
   EXPECT_EQ(rc, 1);
   EXPECT_THAT(last_stderr_, HasSubstr("already JOB_STATE_FINISHED"));

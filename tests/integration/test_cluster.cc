@@ -38,8 +38,10 @@ Cluster::Cluster(const std::string& name)
 }
 
 void Cluster::StartCoordinator(int metrics_port) {
+  coordinator_metrics_port_ = metrics_port;
   auto child = Subprocess::Start(
-      {BinaryPath("gasloc-coordinator"), "--listen=127.0.0.1:0",
+      {BinaryPath("gasloc-coordinator"),
+       absl::StrCat("--listen=", address_.empty() ? "127.0.0.1:0" : address_),
        absl::StrCat("--db=", dir_, "/coordinator.sqlite"), "--lease_ms=3000",
        absl::StrCat("--metrics_port=", metrics_port)},
       absl::StrCat(dir_, "/coordinator.log"));
@@ -52,6 +54,15 @@ void Cluster::StartCoordinator(int metrics_port) {
       grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()));
 }
 
+void Cluster::RestartCoordinator(bool delete_database) {
+  coordinator_->Signal(SIGKILL);
+  (void)coordinator_->Wait(absl::Seconds(10));
+  if (delete_database)
+    for (const char* suffix : {"", "-wal", "-shm"})
+      fs::remove(absl::StrCat(dir_, "/coordinator.sqlite", suffix));
+  StartCoordinator(coordinator_metrics_port_);  // on address_
+}
+
 void Cluster::StartWorkers(int n, const std::vector<int>& metrics_ports) {
   for (int i = 0; i < n; ++i) {
     const std::string log = absl::StrCat(dir_, "/worker", workers_.size(), ".log");
@@ -62,12 +73,33 @@ void Cluster::StartWorkers(int n, const std::vector<int>& metrics_ports) {
         absl::StrCat("--data_dir=", dir_, "/worker", workers_.size())};
     if (i < static_cast<int>(metrics_ports.size()) && metrics_ports[i] != 0)
       argv.push_back(absl::StrCat("--metrics_port=", metrics_ports[i]));
+    argv.insert(argv.end(), worker_flags_.begin(), worker_flags_.end());
     auto child = Subprocess::Start(argv, log);
     ASSERT_TRUE(child.ok()) << child.status();
     ASSERT_TRUE(child->WaitForPort(absl::Seconds(20)).ok());
     workers_.push_back(std::make_unique<Subprocess>(std::move(*child)));
     logs_.push_back(log);
+    worker_argv_.push_back(argv);
   }
+}
+
+void Cluster::RestartWorker(int i) {
+  auto child = Subprocess::Start(worker_argv_[i], logs_[i]);
+  ASSERT_TRUE(child.ok()) << child.status();
+  ASSERT_TRUE(child->WaitForPort(absl::Seconds(20)).ok());
+  *workers_[i] = std::move(*child);
+}
+
+absl::StatusOr<v1::JobStatus> Cluster::GetJob(uint64_t job_id) {
+  grpc::ClientContext context;
+  v1::GetJobRequest request;
+  request.set_job_id(job_id);
+  v1::GetJobResponse response;
+  grpc::Status status = stub_->GetJob(&context, request, &response);
+  if (!status.ok())
+    return absl::UnavailableError(absl::StrCat(
+        "GetJob ", job_id, ": ", status.error_message()));
+  return response.job();
 }
 
 v1::JobSpec Cluster::TinySpec(v1::Algorithm algorithm, int rounds, int workers) {
@@ -111,12 +143,8 @@ v1::JobStatus Cluster::WaitForJobEnd(uint64_t job_id, absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
   v1::JobStatus job;
   while (absl::Now() < deadline) {
-    grpc::ClientContext context;
-    v1::GetJobRequest request;
-    request.set_job_id(job_id);
-    v1::GetJobResponse response;
-    if (stub_->GetJob(&context, request, &response).ok()) {
-      job = response.job();
+    if (auto now = GetJob(job_id); now.ok()) {
+      job = *now;
       if (job.state() == v1::JOB_STATE_FINISHED ||
           job.state() == v1::JOB_STATE_FAILED ||
           job.state() == v1::JOB_STATE_STOPPED)

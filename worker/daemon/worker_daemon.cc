@@ -19,6 +19,8 @@ struct WorkerDaemon::Job {
   std::unique_ptr<InnerTrainer> trainer;
   std::unique_ptr<RoundRunner> runner;
   int64_t last_round = -1;  // last round completed (reported)
+  // Next round of the model in the newest checkpoint written; 0 = none.
+  uint64_t checkpointed_next_round = 0;
 };
 
 DataShard DataShardOf(const v1::Assignment& assignment) {
@@ -65,6 +67,7 @@ absl::StatusOr<uint64_t> WorkerDaemon::Register() {
     if (response.ok()) {
       if (identity_listener_) identity_listener_(response->worker_id());
       worker_id_ = response->worker_id();
+      ++registrations_;
       GASLOC_LOG(INFO) << "registered as worker " << worker_id_.load()
                        << " (lease " << response->lease_ms() << " ms), peers "
                        << "dial " << options_.info.address();
@@ -208,21 +211,39 @@ std::vector<std::string> WorkerDaemon::CheckpointCandidates(
   return candidates;
 }
 
-bool WorkerDaemon::ResumeFromCheckpoint(Job& job) {
+bool WorkerDaemon::LoadFirstUsable(Job& job,
+                                   std::optional<uint64_t> next_round) {
   for (const std::string& path : CheckpointCandidates(job)) {
     if (!std::filesystem::exists(path)) continue;
-    // RoundRunner::LoadCheckpoint is all or nothing: a damaged file leaves
-    // the parameters, optimizer state and data cursor as they were.
-    absl::Status loaded = job.runner->LoadCheckpoint(path);
+    // RoundRunner::LoadCheckpoint is all or nothing: a damaged file (or
+    // one of another round than asked) leaves the parameters, optimizer
+    // state and data cursor as they were.
+    absl::Status loaded = job.runner->LoadCheckpoint(path, next_round);
     if (loaded.ok()) {
       GASLOC_LOG(INFO) << "job " << job.job_id << ": resumed from " << path
                        << " at round " << job.runner->next_round();
+      job.checkpointed_next_round = job.runner->next_round();
       return true;
     }
     GASLOC_LOG(WARNING) << "job " << job.job_id << ": checkpoint " << path
-                        << " unusable, trying the previous one: " << loaded;
+                        << " not used, trying the previous one: " << loaded;
   }
   return false;
+}
+
+bool WorkerDaemon::ResumeFromCheckpoint(Job& job,
+                                        const v1::CheckpointSet* resume_from) {
+  if (resume_from != nullptr) {
+    // Every member of the set loads the set's round, so the replicas
+    // start from the same round even if some wrote a newer checkpoint.
+    if (LoadFirstUsable(job, resume_from->round() + 1)) return true;
+    GASLOC_LOG(WARNING) << "job " << job.job_id
+                        << ": no usable checkpoint of the job's checkpoint "
+                           "set (round "
+                        << resume_from->round()
+                        << "); loading this worker's newest usable one";
+  }
+  return LoadFirstUsable(job, std::nullopt);
 }
 
 absl::StatusOr<WorkerDaemon::Job*> WorkerDaemon::PrepareJob(
@@ -284,7 +305,9 @@ absl::StatusOr<WorkerDaemon::Job*> WorkerDaemon::PrepareJob(
                           << "; falling back to this worker's checkpoint";
     }
   }
-  if (!have_model) have_model = ResumeFromCheckpoint(*job);
+  if (!have_model)
+    have_model = ResumeFromCheckpoint(
+        *job, assignment.has_resume_from() ? &assignment.resume_from() : nullptr);
   if (!have_model && assignment.round() > 0)
     return absl::FailedPreconditionError(absl::StrCat(
         "job ", job->job_id, " is at round ", assignment.round(),
@@ -303,7 +326,7 @@ absl::StatusOr<WorkerDaemon::Job*> WorkerDaemon::PrepareJob(
   return job_.get();
 }
 
-void WorkerDaemon::WriteCheckpoint(Job& job, const std::string& path) {
+bool WorkerDaemon::WriteCheckpoint(Job& job, const std::string& path) {
   namespace fs = std::filesystem;
   const absl::Time start = clock_.Now();
   std::error_code ignored;  // SaveCheckpoint reports a missing directory
@@ -323,20 +346,26 @@ void WorkerDaemon::WriteCheckpoint(Job& job, const std::string& path) {
   if (!saved.ok()) {
     GASLOC_LOG(WARNING) << "job " << job.job_id << ": checkpoint failed: "
                         << saved;
-    return;
+    return false;
   }
+  job.checkpointed_next_round = job.runner->next_round();
   const absl::Duration took = clock_.Now() - start;
   GASLOC_LOG(INFO) << "job " << job.job_id << ": checkpoint " << path
                    << " written in " << took;
   if (options_.metrics != nullptr)
     options_.metrics->RecordCheckpoint(absl::ToDoubleSeconds(took));
+  return true;
 }
 
 void WorkerDaemon::DropJob(const std::string& why) {
   if (job_ == nullptr) return;
   GASLOC_LOG(INFO) << "job " << job_->job_id << " dropped: " << why;
+  // Keeps the rounds run since the last checkpoint (none: nothing to
+  // write, and rewriting it would push an older one out of those kept).
   const std::string path = CheckpointPath(*job_);
-  if (!path.empty() && job_->last_round >= 0) WriteCheckpoint(*job_, path);
+  if (!path.empty() && job_->last_round >= 0 &&
+      job_->runner->next_round() != job_->checkpointed_next_round)
+    WriteCheckpoint(*job_, path);
   {
     absl::MutexLock lock(&mu_);
     runner_for_cancel_ = nullptr;
@@ -395,12 +424,16 @@ absl::Status WorkerDaemon::RunAssignment(const v1::Assignment& assignment,
     options_.metrics->RecordRound(
         *report, absl::ToDoubleSeconds(clock_.Now() - round_start),
         job->runner->failure_codes());
+  // The report says whether this round's checkpoint was written (the
+  // coordinator's checkpoint sets are made of these).
+  uint64_t checkpoint_next_round = 0;
   if (RoundDutiesAfter(job->spec, assignment.round()).checkpoint) {
     SetProgress({.round = assignment.round(),
                  .inner_step = assignment.local_steps(),
                  .train_loss = report->train_loss(),
                  .activity = v1::WORKER_ACTIVITY_CHECKPOINTING});
-    WriteCheckpoint(*job, CheckpointPath(*job));
+    if (WriteCheckpoint(*job, CheckpointPath(*job)))
+      checkpoint_next_round = job->runner->next_round();
   }
   {
     absl::MutexLock lock(&mu_);
@@ -408,22 +441,26 @@ absl::Status WorkerDaemon::RunAssignment(const v1::Assignment& assignment,
                                     report->inner_steps());
     progress_.set_tokens(progress_.tokens() + report->tokens());
     if (report->val_bpb() > 0) progress_.set_val_bpb(report->val_bpb());
-    // The one definition of a link figure (common/link_bandwidth.h); an
-    // exchange that measured nothing keeps the last figure.
+    // The one definition of a link figure (common/link_bandwidth.h), over
+    // the wire time (the wait for peers is not the link's); an exchange
+    // that measured nothing keeps the last figure.
     const double link = LinkBytesPerSecond(
         report->bytes_sent(), report->bytes_received(),
-        report->exchange_seconds());
+        report->wire_seconds());
     if (link > 0) progress_.set_link_bytes_per_second(static_cast<float>(link));
   }
   GASLOC_LOG(INFO) << "job " << job->job_id << " round " << assignment.round()
                    << " done: loss " << report->train_loss() << ", val bpb "
                    << report->val_bpb() << ", exchange "
-                   << report->exchange_seconds() << " s, peer distance "
+                   << report->exchange_seconds() << " s, wire "
+                   << report->wire_seconds() << " s, waiting "
+                   << report->wait_seconds() << " s, peer distance "
                    << report->peer_distance() << ", "
                    << report->failed_peers_size() << " failed peer(s)";
   *outcome = v1::ROUND_OUTCOME_COMPLETED;
   v1::ReportRoundRequest completed = *report;
   completed.set_outcome(v1::ROUND_OUTCOME_COMPLETED);
+  completed.set_checkpoint_next_round(checkpoint_next_round);
   if (IsUnknownJob(SendReport(completed)))
     DropJob("the coordinator does not know the job (its state was lost)");
   return absl::OkStatus();
@@ -457,6 +494,19 @@ absl::Status WorkerDaemon::SendReport(v1::ReportRoundRequest report) {
 }
 
 void WorkerDaemon::PollOnce() {
+  const uint64_t registration = registrations_.load();
+  if (registration != poll_registration_) {
+    if (poll_registration_ != 0 && poll_job_id_ != 0) {
+      absl::MutexLock job_lock(&job_mu_);
+      DropJob(absl::StrCat(
+          "the coordinator registered this worker anew (worker ",
+          worker_id_.load(), "): it is no longer a member of job ",
+          poll_job_id_, " (its lease expired or its database was lost)"));
+      poll_job_id_ = 0;
+      poll_after_round_ = -1;
+    }
+    poll_registration_ = registration;
+  }
   v1::GetAssignmentRequest request;
   request.set_worker_id(worker_id_.load());
   request.set_job_id(poll_job_id_);
@@ -465,6 +515,9 @@ void WorkerDaemon::PollOnce() {
       absl::ToInt64Milliseconds(options_.assignment_wait)));
   auto assignment = coordinator_->GetAssignment(request);
   if (stopping_) return;
+  // Registered anew while asking: the answer may be for a job of the old
+  // registration's id; the next poll drops that job and asks afresh.
+  if (registrations_.load() != registration) return;
   if (!assignment.ok()) {
     GASLOC_LOG(WARNING) << "GetAssignment: " << assignment.status();
     if (poll_job_id_ != 0 && IsUnknownJob(assignment.status())) {

@@ -14,8 +14,10 @@
 //
 // Failures never end the daemon: a coordinator that is down is retried
 // (round reports too, with back-off, until accepted), a coordinator that
-// forgot this worker (NOT_FOUND: it restarted) is registered with again, a
-// job the coordinator no longer knows (it lost its database) is dropped,
+// forgot this worker (NOT_FOUND: its lease expired, or the coordinator lost
+// its database) is registered with again and the job the worker held is
+// dropped (it is no member of it any more; a new database may even give a
+// new job the same id), a job the coordinator no longer knows is dropped,
 // and a job that cannot be set up (its corpus is missing, its spec is
 // invalid) or a round that fails is logged as an error naming the job,
 // counted in the metrics, kept in last_error(), reported to the
@@ -33,6 +35,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -165,10 +168,16 @@ class WorkerDaemon {
   std::vector<std::string> CheckpointCandidates(const Job& job) const;
   // Loads the newest checkpoint of the job that loads (a damaged one is
   // skipped; a failed load leaves the runner untouched); false if none.
-  bool ResumeFromCheckpoint(Job& job);
+  // With `resume_from` (the job's checkpoint set, Assignment.resume_from)
+  // the one of the set's round is loaded, not a newer one only some
+  // members wrote; without one of that round, the newest usable (logged).
+  bool ResumeFromCheckpoint(Job& job, const v1::CheckpointSet* resume_from);
+  // Loads the first of the job's checkpoints that loads (with `next_round`:
+  // that holds the model for that round); false if none.
+  bool LoadFirstUsable(Job& job, std::optional<uint64_t> next_round);
   // Saves the job's checkpoint to `path` (logs a failure; records the
-  // duration in the metrics).
-  void WriteCheckpoint(Job& job, const std::string& path);
+  // duration in the metrics); true when written.
+  bool WriteCheckpoint(Job& job, const std::string& path);
   void SetProgress(const RoundProgress& progress);
   // Waits `d` on the clock; true (at once) if Shutdown() was called.
   bool WaitForShutdown(absl::Duration d);
@@ -187,9 +196,17 @@ class WorkerDaemon {
   absl::CondVar stop_cv_;
   std::thread heartbeat_thread_;
 
-  // What PollOnce asks the coordinator for next.
+  // Registrations so far (Register, on any thread); bumped after worker_id_
+  // changes.
+  std::atomic<uint64_t> registrations_{0};
+  // What PollOnce asks the coordinator for next, and the registration that
+  // state belongs to: after a new registration (the coordinator forgot
+  // this worker: its database was lost, or the lease expired and the job
+  // released it) the job held is not this worker's any more, and may even
+  // share its id with a new job of a new database; PollOnce drops it.
   uint64_t poll_job_id_ = 0;
   int64_t poll_after_round_ = -1;
+  uint64_t poll_registration_ = 0;
 
   // The job being run; replaced only by Run()'s thread while holding
   // job_mu_, which a round also holds while it runs (so ServeModel sees a

@@ -19,6 +19,10 @@ struct Mailbox::Transfer {
   absl::Status error;
   uint64_t next_offset = 0;  // the next element the transfer expects
   uint64_t bytes = 0;        // payload bytes accepted
+  // When the first chunk was taken in (after its registration: an early
+  // chunk's wait for it is not wire time) and its payload bytes.
+  absl::Time first_chunk = absl::InfinitePast();
+  uint64_t first_chunk_bytes = 0;
   bool bound = false;        // a stream delivers to it
   bool busy = false;         // a chunk is being validated / decoded
 
@@ -30,6 +34,19 @@ struct Mailbox::Transfer {
 };
 
 namespace {
+
+// The seconds a committed receive's bytes were moving: first chunk taken in
+// to commit covers every chunk but the first, so it is scaled by
+// bytes / (bytes - first chunk's bytes). 0 when not measurable (one chunk
+// only: its own transfer time is not seen).
+double WireSeconds(absl::Time first_chunk, absl::Time committed,
+                   uint64_t bytes, uint64_t first_chunk_bytes) {
+  if (bytes <= first_chunk_bytes || first_chunk == absl::InfinitePast())
+    return 0;
+  return absl::ToDoubleSeconds(committed - first_chunk) *
+         static_cast<double>(bytes) /
+         static_cast<double>(bytes - first_chunk_bytes);
+}
 
 absl::Status ShuttingDown() {
   return absl::UnavailableError("the worker is shutting down");
@@ -128,6 +145,9 @@ TransferOutcome Mailbox::Await(const TransferKey& key, uint64_t peer_id) {
                        : t->error;
   outcome.bytes = t->bytes;
   outcome.seconds = absl::ToDoubleSeconds(t->ended - t->started);
+  if (t->state == Transfer::State::kCommitted)
+    outcome.wire_seconds =
+        WireSeconds(t->first_chunk, t->ended, t->bytes, t->first_chunk_bytes);
   return outcome;
 }
 
@@ -254,6 +274,7 @@ absl::Status Mailbox::Deliver(Transfer& t, const v1::ExchangeChunk& chunk) {
       return absl::InvalidArgumentError(absl::StrCat(
           t.Describe(), ": chunk after the last one (already committed)"));
     t.busy = true;
+    if (t.first_chunk == absl::InfinitePast()) t.first_chunk = clock().Now();
     expect = t.expect;
     buffer = t.buffer;
     next = t.next_offset;
@@ -288,6 +309,7 @@ absl::Status Mailbox::Deliver(Transfer& t, const v1::ExchangeChunk& chunk) {
     return status;
   }
   t.next_offset = h.offset() + h.length();
+  if (t.bytes == 0) t.first_chunk_bytes = chunk.payload().size();
   t.bytes += chunk.payload().size();
   if (chunk.last()) {
     if (t.next_offset != expect.range_end) {

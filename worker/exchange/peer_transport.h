@@ -61,6 +61,11 @@ struct TransferOutcome {
   absl::Status status;
   uint64_t bytes = 0;       // payload bytes moved
   double seconds = 0;       // wall time of this transfer
+  // Seconds the bytes were moving (receives: from the first chunk taken in
+  // to the commit, scaled up by the first chunk's share of the bytes; the
+  // wait for the peer to arrive or to send is not in it). 0 = not measured
+  // (a send, a failed receive, or a single-chunk transfer).
+  double wire_seconds = 0;
 };
 
 struct ExchangeOptions {

@@ -56,6 +56,14 @@ RingAllReduceResult RingAllReduceMean(PeerTransport& transport,
   const uint64_t size = data.size();
   std::vector<double> step_seconds;
   step_seconds.reserve(2 * (n - 1));
+  result.predecessor_id = prev.worker_id;
+  bool wire_measured = true;
+  // Wire time is reported only when every step's receive measured it.
+  auto finish = [&] {
+    result.seconds = absl::ToDoubleSeconds(clock.Now() - start);
+    result.wait_seconds = RingWaitSeconds(step_seconds);
+    if (!wire_measured) result.wire_seconds = 0;
+  };
 
   auto run_step = [&](v1::ExchangePhase phase, int step, int send_segment,
                       int receive_segment) -> bool {
@@ -81,6 +89,10 @@ RingAllReduceResult RingAllReduceMean(PeerTransport& transport,
       if (outcome.status.ok()) {
         (outcome.incoming ? result.bytes_received : result.bytes_sent) +=
             outcome.bytes;
+        if (outcome.incoming) {
+          result.wire_seconds += outcome.wire_seconds;
+          wire_measured = wire_measured && outcome.wire_seconds > 0;
+        }
         continue;
       }
       ok = false;
@@ -107,8 +119,7 @@ RingAllReduceResult RingAllReduceMean(PeerTransport& transport,
   for (int s = 0; s < n - 1; ++s) {
     if (!run_step(v1::EXCHANGE_PHASE_REDUCE_SCATTER, s, Mod(rank - s, n),
                   Mod(rank - s - 1, n))) {
-      result.seconds = absl::ToDoubleSeconds(clock.Now() - start);
-      result.wait_seconds = RingWaitSeconds(step_seconds);
+      finish();
       return result;
     }
   }
@@ -124,8 +135,7 @@ RingAllReduceResult RingAllReduceMean(PeerTransport& transport,
                   Mod(rank - s, n)))
       break;
   }
-  result.seconds = absl::ToDoubleSeconds(clock.Now() - start);
-  result.wait_seconds = RingWaitSeconds(step_seconds);
+  finish();
   return result;
 }
 

@@ -40,6 +40,12 @@ struct RingAllReduceResult {
   // first also waits for the predecessor to reach the exchange). 0 with
   // fewer than two steps.
   double wait_seconds = 0;
+  // Seconds the received bytes were moving, summed over the steps (each
+  // step's receive from the predecessor: TransferOutcome::wire_seconds);
+  // 0 when a step's receive had no measurement (single-chunk segments).
+  double wire_seconds = 0;
+  // The predecessor, whose link (with ours) every receive crossed.
+  uint64_t predecessor_id = 0;
 };
 
 // Segment s of [0, size) for an n-way ring: contiguous, aligned to 16

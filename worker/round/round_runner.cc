@@ -29,6 +29,14 @@ void RecordRingTraffic(const RingAllReduceResult& result,
   report->set_bytes_received(result.bytes_received);
   report->set_exchange_seconds(result.seconds);
   report->set_wait_seconds(result.wait_seconds);
+  if (result.wire_seconds > 0) {
+    report->set_wire_seconds(result.wire_seconds);
+    report->set_wait_seconds(std::max(0.0, result.seconds - result.wire_seconds));
+    v1::LinkSample* sample = report->add_link_samples();
+    sample->set_peer_id(result.predecessor_id);
+    sample->set_bytes(result.bytes_received);
+    sample->set_wire_seconds(result.wire_seconds);
+  }
 }
 
 // The round's ring in order; *rank = this worker's position, -1 if absent.
@@ -357,6 +365,8 @@ void RoundRunner::GossipExchange(const v1::Assignment& assignment,
   // committed, so the sender's view can differ from the receiver's.
   std::vector<absl::Status> received(peer_count), sent(peer_count);
   double max_send_seconds = 0, max_receive_seconds = 0;
+  // Concurrent receives: the exchange's wire time is the longest one's.
+  double max_wire_seconds = 0;
   for (size_t i = 0; i < outcomes.size(); ++i) {
     const TransferOutcome& outcome = outcomes[i];
     const int k = static_cast<int>(i % peer_count);
@@ -365,6 +375,13 @@ void RoundRunner::GossipExchange(const v1::Assignment& assignment,
     if (outcome.incoming) {
       report->set_bytes_received(report->bytes_received() + outcome.bytes);
       max_receive_seconds = std::max(max_receive_seconds, outcome.seconds);
+      max_wire_seconds = std::max(max_wire_seconds, outcome.wire_seconds);
+      if (outcome.wire_seconds > 0) {
+        v1::LinkSample* sample = report->add_link_samples();
+        sample->set_peer_id(outcome.peer_id);
+        sample->set_bytes(outcome.bytes);
+        sample->set_wire_seconds(outcome.wire_seconds);
+      }
     } else {
       report->set_bytes_sent(report->bytes_sent() + outcome.bytes);
       max_send_seconds = std::max(max_send_seconds, outcome.seconds);
@@ -412,7 +429,16 @@ void RoundRunner::GossipExchange(const v1::Assignment& assignment,
   pending_outer_ = PendingOuter::kPrevIterateFromY;
   const double exchange_seconds = Seconds(clock_->Now() - start);
   report->set_exchange_seconds(exchange_seconds);
-  report->set_wait_seconds(std::max(0.0, max_receive_seconds - max_send_seconds));
+  // Waiting = everything in the exchange that was not bytes moving; without
+  // a wire measurement, the receives' time beyond the sends' (the old
+  // estimate).
+  if (max_wire_seconds > 0) {
+    report->set_wire_seconds(max_wire_seconds);
+    report->set_wait_seconds(std::max(0.0, exchange_seconds - max_wire_seconds));
+  } else {
+    report->set_wait_seconds(
+        std::max(0.0, max_receive_seconds - max_send_seconds));
+  }
 }
 
 std::vector<absl::Status> RoundRunner::ConfirmGossipEdges(
@@ -594,7 +620,8 @@ absl::Status RoundRunner::SaveCheckpoint(const std::string& path) {
   return trainer_->SaveCheckpoint(path, outer);
 }
 
-absl::Status RoundRunner::LoadCheckpoint(const std::string& path) {
+absl::Status RoundRunner::LoadCheckpoint(const std::string& path,
+                                         std::optional<uint64_t> wanted) {
   // All or nothing: the outer state is checked before the trainer swaps
   // its state in (a refused checkpoint changes nothing).
   uint64_t next_round = 0;
@@ -612,6 +639,10 @@ absl::Status RoundRunner::LoadCheckpoint(const std::string& path) {
       return absl::FailedPreconditionError(
           absl::StrCat("checkpoint ", path, " is of job ", job_id,
                        ", not job ", options_.job_id));
+    if (wanted.has_value() && next_round != *wanted)
+      return absl::FailedPreconditionError(absl::StrCat(
+          "checkpoint ", path, " holds the model for round ", next_round,
+          ", not round ", *wanted, " (the checkpoint set's)"));
     for (auto [name, arena] : {std::pair<const char*, FloatArena*>{kPrevIterate, &y_prev_},
                                {kMomentum, &momentum_}}) {
       auto it = outer.buffers.find(name);

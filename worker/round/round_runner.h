@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -144,9 +145,13 @@ class RoundRunner {
   // is changed then.
   absl::Status InstallFetchedModel(const FetchedModel& model);
 
-  // Saves trainer + outer state + round; Load restores them.
+  // Saves trainer + outer state + round; Load restores them (all or
+  // nothing). `next_round`, when given, is the round the checkpoint must
+  // hold the model for (a checkpoint set's round + 1): another one is
+  // refused with FAILED_PRECONDITION naming both, changing nothing.
   absl::Status SaveCheckpoint(const std::string& path);
-  absl::Status LoadCheckpoint(const std::string& path);
+  absl::Status LoadCheckpoint(const std::string& path,
+                              std::optional<uint64_t> next_round = {});
 
  private:
   absl::StatusOr<InnerStepResult> RunInnerSteps(uint32_t steps,

@@ -78,6 +78,9 @@ WorkerMetrics::WorkerMetrics(prometheus::Registry& registry,
                               "Payload bytes received from peers")),
       wait_seconds_(Counter(registry, "gasloc_worker_peer_wait_seconds_total",
                             "Time spent waiting for peers in exchanges")),
+      wire_seconds_(Counter(registry, "gasloc_worker_exchange_wire_seconds_total",
+                            "Time the exchange's bytes were moving (wire time, "
+                            "without the wait for peers)")),
       exchange_failures_(Counter(registry,
                                  "gasloc_worker_exchange_failures_total",
                                  "Peers dropped from a round, by reason")),
@@ -122,6 +125,7 @@ void WorkerMetrics::RemoveSeries(const JobSeries& s) {
   bytes_sent_.Remove(s.bytes_sent);
   bytes_received_.Remove(s.bytes_received);
   wait_seconds_.Remove(s.wait_seconds);
+  wire_seconds_.Remove(s.wire_seconds);
   for (const auto& [reason, counter] : s.exchange_failures)
     exchange_failures_.Remove(counter);
   for (const auto& [reason, counter] : s.round_errors)
@@ -150,6 +154,7 @@ void WorkerMetrics::BeginJob(uint64_t job_id, uint64_t worker_id) {
   s->bytes_sent = &bytes_sent_.Add(l);
   s->bytes_received = &bytes_received_.Add(l);
   s->wait_seconds = &wait_seconds_.Add(l);
+  s->wire_seconds = &wire_seconds_.Add(l);
   // Every reason from the start, so rate() and alerts see 0, not nothing.
   for (const char* reason : kFailureReasons)
     s->exchange_failures[reason] =
@@ -197,6 +202,7 @@ void WorkerMetrics::RecordRound(const v1::ReportRoundRequest& report,
   s.bytes_sent->Increment(static_cast<double>(report.bytes_sent()));
   s.bytes_received->Increment(static_cast<double>(report.bytes_received()));
   s.wait_seconds->Increment(report.wait_seconds());
+  s.wire_seconds->Increment(report.wire_seconds());
   s.train_loss->Set(report.train_loss());
   if (report.val_bpb() > 0) s.val_bpb->Set(report.val_bpb());
   if (report.peer_distance() > 0) s.peer_distance->Set(report.peer_distance());

@@ -86,6 +86,7 @@ class WorkerMetrics {
     prometheus::Counter* bytes_sent = nullptr;
     prometheus::Counter* bytes_received = nullptr;
     prometheus::Counter* wait_seconds = nullptr;
+    prometheus::Counter* wire_seconds = nullptr;
     std::map<std::string, prometheus::Counter*> exchange_failures;
     std::map<std::string, prometheus::Counter*> round_errors;
     prometheus::Gauge* train_loss = nullptr;
@@ -108,6 +109,7 @@ class WorkerMetrics {
   prometheus::Family<prometheus::Counter>& bytes_sent_;
   prometheus::Family<prometheus::Counter>& bytes_received_;
   prometheus::Family<prometheus::Counter>& wait_seconds_;
+  prometheus::Family<prometheus::Counter>& wire_seconds_;
   prometheus::Family<prometheus::Counter>& exchange_failures_;
   prometheus::Family<prometheus::Counter>& round_errors_;
   prometheus::Family<prometheus::Gauge>& train_loss_;

@@ -305,6 +305,34 @@ class WorkerDaemonTest : public ::testing::Test {
     std::filesystem::remove(corpus_);
   }
 
+  // A registered daemon with a state directory and stable name, whose
+  // trainers (FileTrainer: real checkpoint files) go to `trainers`.
+  std::unique_ptr<WorkerDaemon> StartWithState(
+      uint64_t address, const std::string& data_dir, const std::string& name,
+      int kept, std::vector<FileTrainer*>* trainers) {
+    WorkerDaemonOptions options;
+    options.info.set_address(absl::StrCat("inproc:", address));
+    options.retry_backoff = kBackoff;
+    options.assignment_wait = absl::Milliseconds(100);
+    options.clock = &clock_;
+    options.data_dir = data_dir;
+    options.name = name;
+    options.checkpoints_kept = kept;
+    TrainerFactory factory = [trainers](const v1::JobSpec&, DataShard, int)
+        -> absl::StatusOr<std::unique_ptr<InnerTrainer>> {
+      auto trainer = std::make_unique<FileTrainer>(FakeLayout());
+      trainers->push_back(trainer.get());
+      return std::unique_ptr<InnerTrainer>(std::move(trainer));
+    };
+    auto daemon = std::make_unique<WorkerDaemon>(options, &coordinator_,
+                                                 transport_.get(), factory,
+                                                 /*model_fetcher=*/nullptr);
+    daemon->SetIdentityListener(
+        [this](uint64_t id) { transport_->mailbox().set_self_id(id); });
+    EXPECT_TRUE(daemon->Register().ok());
+    return daemon;
+  }
+
   FakeClock clock_;
   FakeCoordinator coordinator_;
   InProcessNetwork network_;
@@ -371,16 +399,18 @@ TEST_F(WorkerDaemonTest, RunsRoundsReportsThemAndCheckpointsWhenDue) {
   EXPECT_EQ(daemon_->job_id(), 0u);  // idle again
 }
 
-// The coordinator restarts and forgets every worker: polls and heartbeats
-// answer NOT_FOUND. The daemon backs off, registers again (a new id, which
-// the transport learns), and reports its next round under the new id.
+// The coordinator restarts and forgets every worker (its database was
+// lost): polls and heartbeats answer NOT_FOUND. The daemon backs off,
+// registers again (a new id, which the transport learns), drops the job it
+// held and runs the next one under the new id.
 TEST_F(WorkerDaemonTest, CoordinatorThatForgotTheWorkerGetsItBack) {
   ASSERT_TRUE(daemon_->Register().ok());
   const v1::JobSpec spec = Spec(corpus_.string());
   coordinator_.Hand(Round(7, 0, spec));
   daemon_->PollOnce();
   coordinator_.Restart();
-  coordinator_.Hand(Round(7, 1, spec));
+  // The new database's first job: the same id as the old one.
+  coordinator_.Hand(Round(7, 0, spec));
 
   const absl::Time start = clock_.Now();
   daemon_->PollOnce();  // NOT_FOUND: nothing runs, the daemon backs off
@@ -394,12 +424,18 @@ TEST_F(WorkerDaemonTest, CoordinatorThatForgotTheWorkerGetsItBack) {
   EXPECT_EQ(daemon_->HeartbeatOnce(), absl::Seconds(2));  // known again
   EXPECT_EQ(coordinator_.heartbeats().back().worker_id(), 2u);
 
-  daemon_->PollOnce();  // round 1, same job and model
+  // Registered anew, the worker is no member of the job it held: it drops
+  // it and asks for any job; the new job 7 gets a new trainer (not the old
+  // job's model). Before, it asked for round 1 of "its" job 7 forever
+  // (INVALID_ARGUMENT from a real coordinator: ahead of the new job).
+  daemon_->PollOnce();
+  EXPECT_EQ(coordinator_.polls().back().job_id(), 0u);
+  EXPECT_EQ(coordinator_.polls().back().after_round(), -1);
   auto reports = coordinator_.reports();
   ASSERT_EQ(reports.size(), 2u);
-  EXPECT_EQ(reports[1].round(), 1u);
+  EXPECT_EQ(reports[1].round(), 0u);
   EXPECT_EQ(reports[1].worker_id(), 2u);
-  EXPECT_EQ(shards_.size(), 1u);
+  EXPECT_EQ(shards_.size(), 2u);
 }
 
 // A job whose corpus is missing cannot be set up: the daemon reports the
@@ -504,27 +540,7 @@ TEST_F(WorkerDaemonTest, RestartedWorkerResumesFromItsPreviousCheckpoint) {
   spec.mutable_checkpoint()->set_interval_rounds(1);
   std::vector<FileTrainer*> trainers;
   auto start = [&](uint64_t address) {
-    WorkerDaemonOptions options;
-    options.info.set_address(absl::StrCat("inproc:", address));
-    options.retry_backoff = kBackoff;
-    options.assignment_wait = absl::Milliseconds(100);
-    options.clock = &clock_;
-    options.data_dir = data_dir;
-    options.name = *name;
-    options.checkpoints_kept = 2;
-    TrainerFactory factory = [&](const v1::JobSpec&, DataShard, int)
-        -> absl::StatusOr<std::unique_ptr<InnerTrainer>> {
-      auto trainer = std::make_unique<FileTrainer>(FakeLayout());
-      trainers.push_back(trainer.get());
-      return std::unique_ptr<InnerTrainer>(std::move(trainer));
-    };
-    auto daemon = std::make_unique<WorkerDaemon>(options, &coordinator_,
-                                                 transport_.get(), factory,
-                                                 /*model_fetcher=*/nullptr);
-    daemon->SetIdentityListener(
-        [this](uint64_t id) { transport_->mailbox().set_self_id(id); });
-    EXPECT_TRUE(daemon->Register().ok());
-    return daemon;
+    return StartWithState(address, data_dir, *name, /*kept=*/2, &trainers);
   };
   auto first = start(100);
   coordinator_.Hand(Round(7, 0, spec));
@@ -550,6 +566,47 @@ TEST_F(WorkerDaemonTest, RestartedWorkerResumesFromItsPreviousCheckpoint) {
   ASSERT_FALSE(reports.empty());
   EXPECT_EQ(reports.back().round(), 2u);
   EXPECT_EQ(reports.back().outcome(), v1::ROUND_OUTCOME_COMPLETED);
+  second.reset();
+  std::filesystem::remove_all(data_dir);
+}
+
+// Reports say which checkpoint was written; a restarted worker told to
+// resume from the job's checkpoint set (Assignment.resume_from) loads the
+// checkpoint of the set's round, not its newer ones; dropping a job whose
+// last round is checkpointed already writes nothing (which would push the
+// set's checkpoint out of those kept).
+TEST_F(WorkerDaemonTest, ResumesFromTheCheckpointSetNotANewerCheckpoint) {
+  const std::string data_dir = ::testing::TempDir() + "daemon-set-" +
+                               std::to_string(getpid());
+  std::filesystem::remove_all(data_dir);
+  v1::JobSpec spec = Spec(corpus_.string());
+  spec.mutable_checkpoint()->set_directory("ckpt");
+  spec.mutable_checkpoint()->set_interval_rounds(1);
+  std::vector<FileTrainer*> trainers;
+  auto first = StartWithState(100, data_dir, "w-set", /*kept=*/3, &trainers);
+  for (uint64_t r = 0; r < 3; ++r) coordinator_.Hand(Round(7, r, spec));
+  coordinator_.Hand(Stop(7));
+  for (int i = 0; i < 4; ++i) first->PollOnce();
+  auto reports = coordinator_.reports();
+  ASSERT_EQ(reports.size(), 3u);
+  for (uint64_t r = 0; r < 3; ++r)
+    EXPECT_EQ(reports[r].checkpoint_next_round(), r + 1) << "round " << r;
+  first.reset();
+  coordinator_.Reopen();
+
+  // Checkpoints of rounds 2 (latest), 1 (.1) and 0 (.2); the set is round 0.
+  const std::string latest = absl::StrCat(data_dir, "/ckpt/job7-w-set.ckpt");
+  auto second = StartWithState(100, data_dir, "w-set", 3, &trainers);
+  v1::Assignment resume = Round(7, 5, spec);
+  resume.mutable_resume_from()->set_round(0);
+  coordinator_.Hand(resume);
+  second->PollOnce();
+  EXPECT_TRUE(second->last_error().ok()) << second->last_error();
+  ASSERT_EQ(trainers.size(), 2u);
+  EXPECT_EQ(trainers[1]->loaded_from(), latest + ".2");
+  reports = coordinator_.reports();
+  EXPECT_EQ(reports.back().round(), 5u);
+  EXPECT_EQ(reports.back().checkpoint_next_round(), 6u);
   second.reset();
   std::filesystem::remove_all(data_dir);
 }

@@ -90,6 +90,39 @@ TEST_F(MailboxTest, CommitsWhenEveryElementArrivedWithTheLastFlag) {
   EXPECT_EQ(mailbox_.pending(), 0u);
 }
 
+// Wire time is the time the bytes were moving: from the first chunk taken
+// in to the commit (scaled for the first chunk's own transfer), not the
+// wait for a late peer (algorithms.md section 5).
+TEST_F(MailboxTest, WireTimeLeavesOutTheWaitForThePeer) {
+  ASSERT_TRUE(Register().ok());
+  auto chunks = Chunks();
+  ASSERT_EQ(chunks.size(), 4u);  // 1024 + 1024 + 1024 + 128 bytes
+  clock_.Advance(absl::Seconds(5));  // the peer arrives 5 s late
+  auto stream = mailbox_.OpenStream();
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    if (i > 0) clock_.Advance(absl::Seconds(1));
+    ASSERT_TRUE(stream->Accept(chunks[i], Soon()).ok());
+  }
+  stream->End();
+  TransferOutcome out = mailbox_.Await(key_, kPeer);
+  ASSERT_TRUE(out.status.ok()) << out.status;
+  EXPECT_DOUBLE_EQ(out.seconds, 8);
+  EXPECT_DOUBLE_EQ(out.wire_seconds, 3.0 * 3200 / (3200 - 1024));
+}
+
+TEST_F(MailboxTest, ASingleChunkHasNoWireTime) {
+  ASSERT_TRUE(Register(absl::Seconds(10), 100, 200).ok());
+  auto chunks = Chunks(100, 200);
+  ASSERT_EQ(chunks.size(), 1u);
+  clock_.Advance(absl::Seconds(1));
+  auto stream = mailbox_.OpenStream();
+  ASSERT_TRUE(stream->Accept(chunks[0], Soon()).ok());
+  stream->End();
+  TransferOutcome out = mailbox_.Await(key_, kPeer);
+  ASSERT_TRUE(out.status.ok()) << out.status;
+  EXPECT_EQ(out.wire_seconds, 0) << "its own transfer time is not seen";
+}
+
 TEST_F(MailboxTest, StreamEndingWithoutLastChunkFailsUnavailable) {
   ASSERT_TRUE(Register().ok());
   auto chunks = Chunks();

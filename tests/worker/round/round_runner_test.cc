@@ -124,6 +124,40 @@ TEST(RoundRunner, GossipPairMovesTheWorkersTogether) {
   }
 }
 
+// The report carries the wire time (bytes moving) beside the whole
+// exchange time, one link sample per peer, and waiting = the rest
+// (algorithms.md section 5). A model of 4 chunks, so the receive's wire
+// time is measured.
+TEST(RoundRunner, GossipReportsWireTimeAndALinkSamplePerPeer) {
+  InProcessNetwork network;
+  const v1::JobSpec spec = Spec(v1::ALGORITHM_GASLOC);  // 4096-byte chunks
+  FakeTrainer t1(FakeLayout(64, 64), +1.0f), t2(FakeLayout(64, 64), -1.0f);
+  auto x1 = network.Join(1), x2 = network.Join(2);
+  RoundRunner r1({kJob, spec, {}}, &t1, x1.get(), &RealClock::Get());
+  RoundRunner r2({kJob, spec, {}}, &t2, x2.get(), &RealClock::Get());
+  absl::StatusOr<v1::ReportRoundRequest> a = absl::UnknownError("not run"), b = a;
+  std::thread other(
+      [&] { b = r2.RunRound(GossipAssignment(0, 2, {1}, 0.5f, 2)); });
+  a = r1.RunRound(GossipAssignment(0, 1, {2}, 0.5f, 2));
+  other.join();
+  for (const auto* r : {&a, &b}) {
+    ASSERT_TRUE(r->ok()) << r->status();
+    const v1::ReportRoundRequest& rep = **r;
+    EXPECT_GT(rep.wire_seconds(), 0);
+    EXPECT_LE(rep.wire_seconds(), rep.exchange_seconds());
+    EXPECT_NEAR(rep.wait_seconds(), rep.exchange_seconds() - rep.wire_seconds(),
+                1e-9);
+    ASSERT_EQ(rep.link_samples_size(), 1);
+    // The model's bytes (bytes_received also counts the 4-byte edge
+    // confirmation, which is no link sample).
+    EXPECT_EQ(rep.link_samples(0).bytes(), rep.bytes_received() - 4);
+    EXPECT_GT(rep.link_samples(0).bytes(), 4096u) << "more than one chunk";
+    EXPECT_DOUBLE_EQ(rep.link_samples(0).wire_seconds(), rep.wire_seconds());
+  }
+  EXPECT_EQ(a->link_samples(0).peer_id(), 2u);
+  EXPECT_EQ(b->link_samples(0).peer_id(), 1u);
+}
+
 // Metrics see every inner step while the round runs: one TRAINING progress
 // per step with its tokens, time and the running mean loss, which ends at
 // the report's mean. Each step takes 10 ms of a fake clock, so the times

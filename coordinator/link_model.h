@@ -1,0 +1,93 @@
+// The budget planner's model of the links (algorithms.md section 5): how
+// long each member's exchange of a round is expected to take with the
+// round's actual peers, and how a member's link estimate b_i is updated
+// from the wire-time samples of its reports.
+//
+//   gossip (one model each way per peer; a member with d peers carries d
+//   models over its link in each direction, full duplex):
+//     t_ij = max(d_i M / b_i, d_j M / b_j)      (the slower end of the edge)
+//     c_i  = max over this round's peers j of t_ij   (0 with no peer)
+//   complete-graph gossip is the same with d = n - 1 for everyone:
+//     c_i  = (n - 1) M / min_j b_j
+//   ring all-reduce (every step waits for the ring's slowest link):
+//     c_i  = 2 (n - 1) / n  M / min_j b_j
+//
+// A member whose link is not measured yet stands in with the median of the
+// measured ones; with none measured every c_i is unknown.
+//
+// Link samples: a receive from peer j measured over its wire time alone
+// crosses both links, so it is min(b_i, b_j) (roughly), not b_i. The best
+// sample of a round is a lower bound on b_i; it is taken as b_i's own
+// measure (EMA) unless the peer's own estimate already explains it (the
+// peer is at most kExplainedBy times faster), in which case it is only a
+// lower bound and can only raise b_i (at once: the link did carry it). An
+// EMA move changes the estimate by at most a factor `max_factor` per
+// report, so one odd measurement cannot swing the budgets (the oscillation
+// guard on the inputs; the dead band on H_i is in budget.h).
+//
+// Thread safety: pure functions; safe from any thread.
+#ifndef GASLOC_COORDINATOR_LINK_MODEL_H_
+#define GASLOC_COORDINATOR_LINK_MODEL_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "coordinator/schedule.h"
+
+namespace gasloc::coordinator {
+
+// What one round moves: gossip (a model each way per peer) or a ring
+// all-reduce, and the wire size of one model.
+struct ExchangeVolume {
+  enum class Kind : uint8_t { kGossip, kRingAllReduce };
+  Kind kind = Kind::kGossip;
+  double model_bytes = 0;
+};
+
+// One member's expected exchange of a round.
+struct ExpectedExchange {
+  // c_i in seconds; < 0 = unknown (no link measured in the round).
+  double seconds = -1;
+  // The member index at the other end of the edge that bounds c_i (the
+  // slowest member for an all-reduce or complete graph); -1 = none.
+  int64_t bound_index = -1;
+  // Its worker id (the caller maps bound_index; 0 = none).
+  uint64_t bound_peer = 0;
+  // The slower of the two links of that edge, bytes/s.
+  double bound_bytes_per_second = 0;
+};
+
+// c_i for every member of `schedule` (member order), from each member's
+// link estimate (bytes/s; <= 0 = not measured).
+std::vector<ExpectedExchange> ExpectedExchanges(
+    const RoundSchedule& schedule, const ExchangeVolume& volume,
+    const std::vector<double>& bytes_per_second);
+
+// One wire-time sample of a report: the pair rate with one peer and that
+// peer's current estimate (<= 0 = not measured).
+struct LinkObservation {
+  double bytes_per_second = 0;
+  double peer_estimate = 0;
+};
+
+// The most a report moves an estimate (s_i or b_i), as a factor.
+inline constexpr double kMaxEstimateFactor = 1.5;
+
+// A sample is explained by the peer when the peer's estimate is at most
+// this factor above it.
+inline constexpr double kExplainedBy = 1.25;
+
+// The new b_i from `current` (<= 0 = none yet) and a report's samples
+// (see the header comment); `current` unchanged when there are none.
+double UpdateLinkEstimate(double current,
+                          const std::vector<LinkObservation>& samples,
+                          double ema_weight, double max_factor);
+
+// UpdateEma, then kept within [old / max_factor, old * max_factor] (the
+// first sample, old <= 0, is taken as is).
+double BoundedEma(double old_value, double sample, double weight,
+                  double max_factor);
+
+}  // namespace gasloc::coordinator
+
+#endif  // GASLOC_COORDINATOR_LINK_MODEL_H_
