@@ -206,6 +206,9 @@ class Run:
             stop["maxTokens"] = str(sc.max_tokens)
         if sc.max_wall_seconds:
             stop["maxWallSeconds"] = str(sc.max_wall_seconds)
+        exchange = {"deadlineMs": sc.exchange_deadline_ms}
+        if sc.exchange_chunk_bytes:
+            exchange["chunkBytes"] = sc.exchange_chunk_bytes
         return {
             "name": f"{sc.name}-{args.algorithm}-s{args.seed}",
             "model": sc.model,
@@ -215,7 +218,7 @@ class Run:
             "data": {"corpusPath": corpus, "evalWindows": sc.eval_windows,
                      "evalIntervalRounds": sc.eval_every},
             "outer": outer,
-            "exchange": {"deadlineMs": sc.exchange_deadline_ms},
+            "exchange": exchange,
             "stop": stop,
             "minWorkers": sum(1 for w in sc.workers if w.join_at_s == 0),
         }

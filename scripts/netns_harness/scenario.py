@@ -53,6 +53,7 @@ class Scenario:
     max_tokens: int
     max_wall_seconds: int
     exchange_deadline_ms: int
+    exchange_chunk_bytes: int  # 0 = the job spec's default (1 MiB)
     corpus: str          # relative to the repository root, or absolute
     workers: list
     coordinator_kill_at_s: float = 0       # SIGKILL of the coordinator; 0 = no
@@ -60,7 +61,8 @@ class Scenario:
 
 
 _TOP_KEYS = {"name", "description", "model", "training", "stop", "corpus",
-             "defaults", "workers", "exchange_deadline_ms", "coordinator"}
+             "defaults", "workers", "exchange_deadline_ms",
+             "exchange_chunk_bytes", "coordinator"}
 _MODEL_KEYS = {"layers", "d_model", "heads", "context", "batch"}
 _TRAINING_KEYS = {"threads", "local_steps", "min_local_steps", "lr", "warmup",
                   "eval_windows", "eval_every"}
@@ -192,6 +194,9 @@ def load(path):
                              "max_wall_seconds", 0, 0, 10**7, True),
         exchange_deadline_ms=num("exchange_deadline_ms", raw,
                                  "exchange_deadline_ms", 60000, 100, 3600000,
+                                 True),
+        exchange_chunk_bytes=num("exchange_chunk_bytes", raw,
+                                 "exchange_chunk_bytes", 0, 0, 3 << 20,
                                  True),
         corpus=corpus,
         workers=workers)

@@ -36,12 +36,15 @@ class ScenarioTest(unittest.TestCase):
         self.assertEqual(s.workers[3].kill_at_s, 9)
         self.assertEqual(s.workers[0].partition_for_s, 10)
         self.assertEqual(s.local_steps, 40)
+        self.assertEqual(s.exchange_chunk_bytes, 0)  # the job's default
 
     def test_shipped_scenarios_load(self):
         folder = os.path.join(SOURCE, "bench", "scenarios")
         for name in sorted(os.listdir(folder)):
             s = scenario.load(os.path.join(folder, name))
             self.assertEqual(len(s.workers), 4, name)
+            # Several chunks a copy, or the wire time is not measurable.
+            self.assertEqual(s.exchange_chunk_bytes, 65536, name)
 
     def assert_error(self, text, *needles):
         path = write(text)
