@@ -158,8 +158,9 @@ Outcome RunDiLoCoJob(int ring_failure_worker, int corrupt_worker) {
   };
   std::vector<Worker> workers(kWorkers);
   ModelFetcher fetcher = [&workers](const v1::PeerAssignment& source,
-                                    uint64_t job_id,
-                                    uint64_t) -> absl::StatusOr<FetchedModel> {
+                                    uint64_t job_id, uint64_t /*self_id*/,
+                                    uint64_t /*model_elements*/)
+      -> absl::StatusOr<FetchedModel> {
     for (Worker& w : workers) {
       if (w.daemon->worker_id() != source.worker_id()) continue;
       absl::StatusOr<ModelSnapshot> snapshot = w.daemon->SnapshotModel(job_id);
