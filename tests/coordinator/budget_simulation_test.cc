@@ -141,7 +141,7 @@ class ClusterSim {
       rep.set_bytes_received(static_cast<uint64_t>(model_bytes_ * degree));
       rep.set_exchange_seconds(exchange);
       rep.set_wire_seconds(wire);
-      rep.set_wait_seconds(exchange - wire);
+      rep.set_wait_seconds(std::max(0.0, exchange - wire));  // as the worker clamps it
       out.wait_fraction[i] =
           (exchange - wire) / std::max(1e-9, compute[i] + exchange);
       round_end = std::max(round_end, end);
