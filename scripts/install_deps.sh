@@ -34,6 +34,9 @@ PACKAGES=(
   python3-grpcio python3-protobuf
   # systemd-analyze verify of deploy/systemd (slim images lack systemd)
   systemd
+  # test CA and certificates for mutual TLS (scripts/make_test_certs.sh:
+  # tests/server/auth_test, scripts/local_cluster.sh)
+  openssl
 )
 
 missing=()

@@ -13,6 +13,14 @@
 //               MODEL chunks, then OUTER_STATE chunks.
 //   Ping        this worker's id and the (job, round) it reports.
 //
+// Every handler first asks the Authenticator (server/auth.h) for the peer
+// role. A caller bound to a worker name (a "worker:<name>" certificate or a
+// named peer token) may only write, as Exchange sender_id or FetchModel
+// requester_id, the worker id the coordinator scheduled under that name
+// (PeerRoster, learnt from the assignments); anything else is refused with
+// PERMISSION_DENIED before the chunk reaches the Mailbox, so a forged
+// stream cannot spoil the honest transfer.
+//
 // On shutdown call Mailbox::Shutdown() before stopping the server: open
 // transfers and waiting streams then end at once with UNAVAILABLE.
 //
@@ -29,6 +37,8 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "gasloc/v1/peer.grpc.pb.h"
+#include "server/auth.h"
+#include "server/peer_roster.h"
 #include "grpcpp/grpcpp.h"
 #include "worker/exchange/mailbox.h"
 #include "worker/exchange/model_fetch.h"
@@ -43,6 +53,15 @@ struct PeerServiceOptions {
   // most a request may ask for (keep it under the clients' receive limit).
   uint32_t default_fetch_chunk_bytes = 1u << 20;
   uint32_t max_fetch_chunk_bytes = 3u << 20;
+  // Who may call; not owned. Null = every call is refused
+  // (UNAUTHENTICATED).
+  const Authenticator* authenticator = nullptr;
+  // Identities of the worker ids this worker was scheduled with; not
+  // owned. Null = callers bound to a worker name are refused.
+  PeerRoster* roster = nullptr;
+  // Longest wait for the roster to learn a sender's identity when the
+  // call has no deadline.
+  absl::Duration identity_wait = absl::Seconds(30);
 };
 
 class PeerService final : public v1::Peer::Service {
@@ -68,6 +87,13 @@ class PeerService final : public v1::Peer::Service {
                     v1::PingResponse* response) override;
 
  private:
+  absl::StatusOr<Caller> Authorize(grpc::ServerContext* context,
+                                   absl::string_view method) const;
+  // OK when `caller` may write `worker_id` as its own id.
+  absl::Status CheckWritesOwnId(const Caller& caller, uint64_t worker_id,
+                                absl::string_view field,
+                                absl::Time deadline) const;
+
   Mailbox* const mailbox_;
   const PeerServiceOptions options_;
   absl::Mutex mu_;

@@ -20,6 +20,7 @@
 #include "server/peer_service.h"
 #include "server/server_runner.h"
 #include "tests/support/subprocess.h"
+#include "tests/support/test_auth.h"
 #include "worker/exchange/wire_codec.h"
 
 namespace gasloc {
@@ -34,12 +35,13 @@ constexpr size_t kArena = 50000;
 struct Node {
   explicit Node(uint64_t id)
       : mailbox(Options(id)),
-        service(&mailbox),
+        service(&mailbox, testing::InsecurePeerServiceOptions()),
         runner(ServerOptions{.listen_address = "127.0.0.1:0",
-                             .credentials = {},
+                             .credentials = testing::InsecureCredentials(),
                              .max_receive_message_bytes = 8 << 20}),
         transport(GrpcPeerTransportOptions{.mailbox = &mailbox,
-                                           .credentials = {},
+                                           .credentials =
+                                               testing::InsecureCredentials(),
                                            .max_message_bytes = 8 << 20}) {
     runner.AddService(&service);
     auto port = runner.Start();

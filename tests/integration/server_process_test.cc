@@ -36,7 +36,7 @@ INSTANTIATE_TEST_SUITE_P(Binaries, HelpTest,
 TEST(CoordinatorProcess, ServesHealthAndExitsCleanlyOnSigterm) {
   const std::string db = absl::StrCat(::testing::TempDir(), "/health.sqlite");
   auto child = Subprocess::Start({BinaryPath("gasloc-coordinator"),
-                                  "--listen=127.0.0.1:0",
+                                  "--listen=127.0.0.1:0", "--insecure",
                                   absl::StrCat("--db=", db)});
   ASSERT_TRUE(child.ok()) << child.status();
   auto port = child->WaitForPort(absl::Seconds(20));

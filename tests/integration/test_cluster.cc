@@ -39,7 +39,7 @@ Cluster::Cluster(const std::string& name)
 
 void Cluster::StartCoordinator(int metrics_port) {
   auto child = Subprocess::Start(
-      {BinaryPath("gasloc-coordinator"), "--listen=127.0.0.1:0",
+      {BinaryPath("gasloc-coordinator"), "--listen=127.0.0.1:0", "--insecure",
        absl::StrCat("--db=", dir_, "/coordinator.sqlite"), "--lease_ms=3000",
        absl::StrCat("--metrics_port=", metrics_port)},
       absl::StrCat(dir_, "/coordinator.log"));
@@ -57,7 +57,7 @@ void Cluster::StartWorkers(int n, const std::vector<int>& metrics_ports) {
     const std::string log = absl::StrCat(dir_, "/worker", workers_.size(), ".log");
     std::vector<std::string> argv = {
         BinaryPath("gasloc-worker"), absl::StrCat("--coordinator=", address_),
-        "--listen=127.0.0.1:0", "--threads=1",
+        "--listen=127.0.0.1:0", "--threads=1", "--insecure",
         // One state directory per worker (its stable name and lock).
         absl::StrCat("--data_dir=", dir_, "/worker", workers_.size())};
     if (i < static_cast<int>(metrics_ports.size()) && metrics_ports[i] != 0)
