@@ -189,6 +189,34 @@ TEST(ClusterTest, WorkerJoiningMidRunFetchesTheModelAndTrains) {
   EXPECT_LT(bpb.front(), 7.0) << log;
 }
 
+// The same under mutual TLS: every worker presents its own certificate
+// (CN worker:worker<i>), so the coordinator binds ids to names and each
+// Peer service accepts chunks and FetchModel only from the scheduled
+// identity; the joiner still fetches the model and the job finishes.
+TEST(ClusterTest, WorkerJoiningUnderMutualTlsFetchesTheModelAndTrains) {
+  Cluster cluster("join-tls");
+  ASSERT_NO_FATAL_FAILURE(cluster.UseMutualTls(3));
+  ASSERT_NO_FATAL_FAILURE(cluster.StartCoordinator());
+  ASSERT_NO_FATAL_FAILURE(cluster.StartWorkers(2));
+  v1::JobSpec spec = cluster.TinySpec(v1::ALGORITHM_GASLOC, 6, 2);
+  const uint64_t job = cluster.StartJob(spec);
+  const absl::Time give_up = absl::Now() + absl::Seconds(60);
+  while (cluster.WorkerLog(0).find("round 1 done") == std::string::npos) {
+    ASSERT_LT(absl::Now(), give_up) << cluster.WorkerLog(0);
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_NO_FATAL_FAILURE(cluster.StartWorkers(1));
+  const v1::JobStatus status = cluster.WaitForJobEnd(job, absl::Seconds(120));
+  EXPECT_EQ(status.state(), v1::JOB_STATE_FINISHED) << status.message();
+  cluster.StopAll();
+  const std::string log = cluster.WorkerLog(2);
+  EXPECT_NE(log.find("joined with the model of worker"), std::string::npos)
+      << log;
+  for (int i = 0; i < 3; ++i)
+    EXPECT_EQ(cluster.WorkerLog(i).find("PERMISSION_DENIED"), std::string::npos)
+        << cluster.WorkerLog(i);
+}
+
 // A peer killed with SIGKILL around its exchange: the partner times out
 // within 2x the exchange deadline, reports the peer, and finishes the job.
 TEST(ClusterTest, KilledPeerMakesItsPartnerTimeOutAndContinue) {
