@@ -229,11 +229,13 @@ def workers_by_ip(include_gone=False):
     return {w["info"]["address"].rsplit(":", 1)[0]: w for w in listed}
 
 
-def image_alone():
-    """The image by itself: its default command (the coordinator) runs as
-    gasloc, its HEALTHCHECK passes, SIGTERM stops it with exit 0."""
+def image_alone(tokens):
+    """The image by itself: its default command (the coordinator, with the
+    token files mounted at /etc/gasloc/tokens) runs as gasloc, its
+    HEALTHCHECK passes, SIGTERM stops it with exit 0."""
     name = f"gasloc-image-{os.getpid()}"
-    podman("run", "-d", "--name", name, IMAGE)
+    podman("run", "-d", "--name", name, "-v",
+           f"{tokens}:/etc/gasloc/tokens:ro", IMAGE)
     try:
         wait_for("the image's HEALTHCHECK",
                  lambda: podman("healthcheck", "run", name,
@@ -250,7 +252,7 @@ def image_alone():
 
 
 def scenario(cluster):
-    image_alone()
+    image_alone(cluster.tokens)
     cluster.start_coordinator()
     wait_for("the coordinator's gRPC health probe",
              lambda: cluster.healthy(COORDINATOR_CTR), 60)
