@@ -72,7 +72,7 @@ while [ $# -gt 0 ]; do
       [[ "${2:-}" =~ ^[0-9]*\.?[0-9]+$ ]] ||
         { echo "local_cluster: $1 wants a number, got '${2:-}'" >&2; exit 2; }
       outer_json+=", \"${1#--}\": $2"; shift 2 ;;
-    -h|--help) sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "local_cluster: unknown option $1" >&2; exit 2 ;;
     *) corpus="$1"; shift ;;
   esac
