@@ -278,6 +278,7 @@ TEST(AuthTest, TokenFileFormatErrorsNameFileAndLine) {
   ASSERT_EQ(good->size(), 2u);
   EXPECT_EQ((*good)[0].worker_name, "w1");
   EXPECT_EQ((*good)[1].worker_name, "");
+  fs::remove_all(dir);
 }
 
 TEST(AuthTest, CertificateNamesMapToRoles) {
