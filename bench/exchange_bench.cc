@@ -215,6 +215,24 @@ double RawGrpcSeconds(const std::string& address, uint64_t bytes,
 
 // --- the exchange -----------------------------------------------------------
 
+// The benchmark's loopback servers check no credentials (docs/security.md).
+CredentialsOptions Insecure() {
+  CredentialsOptions options;
+  options.insecure = true;
+  return options;
+}
+
+PeerServiceOptions InsecurePeerOptions() {
+  static const Authenticator* const authenticator = [] {
+    AuthOptions options;
+    options.insecure = true;
+    return new Authenticator(options);
+  }();
+  PeerServiceOptions options;
+  options.authenticator = authenticator;
+  return options;
+}
+
 struct Node {
   Node(uint64_t id, bool bulk_tuning)
       : mailbox([id] {
@@ -222,13 +240,13 @@ struct Node {
           o.self_id = id;
           return o;
         }()),
-        service(&mailbox),
+        service(&mailbox, InsecurePeerOptions()),
         runner(ServerOptions{.listen_address = "127.0.0.1:0",
-                             .credentials = {},
+                             .credentials = Insecure(),
                              .max_receive_message_bytes = 8 << 20,
                              .http2_bulk_tuning = bulk_tuning}),
         transport(GrpcPeerTransportOptions{.mailbox = &mailbox,
-                                           .credentials = {},
+                                           .credentials = Insecure(),
                                            .max_message_bytes = 8 << 20,
                                            .http2_bulk_tuning = bulk_tuning}) {
     runner.AddService(&service);
@@ -396,7 +414,7 @@ int RunExchangeBench(int argc, char** argv) {
           a(1, bulk),
           b(2, bulk),
           sink_runner(ServerOptions{.listen_address = "127.0.0.1:0",
-                                    .credentials = {},
+                                    .credentials = Insecure(),
                                     .max_receive_message_bytes = 8 << 20,
                                     .http2_bulk_tuning = bulk}) {
       sink_runner.AddService(&sink);

@@ -35,12 +35,13 @@ PACKAGES=(
   # network-namespace harness (scripts/netns_cluster.py, docs/
   # heterogeneity.md): ip and tc build and shape the links, iptables drops
   # packets for a scenario's loss; gnuplot draws scripts/netns_compare.py's
-  # bpb curves (PNG)
+  # bpb curves (PNG) and bench/measure_outer.sh's (with error bars)
   iproute2 iptables gnuplot-nox
   # systemd-analyze verify of deploy/systemd (slim images lack systemd)
   systemd
-  # PNG curves of bench/measure_outer.sh (bpb against tokens and time)
-  gnuplot-nox
+  # test CA and certificates for mutual TLS (scripts/make_test_certs.sh:
+  # tests/server/auth_test, scripts/local_cluster.sh)
+  openssl
 )
 
 missing=()

@@ -30,6 +30,9 @@
 #     --build DIR        build folder (default build/release)
 #     --run-dir DIR      where logs, state and checkpoints go
 #                        (default runs/local-<timestamp>)
+#     --insecure         no TLS and no authentication (default: mutual TLS
+#                        with a test CA made in RUN_DIR/certs by
+#                        scripts/make_test_certs.sh; docs/security.md)
 #   CORPUS: a text file or a folder of them (default /usr/share/common-licenses)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -51,6 +54,7 @@ checkpoint_every=3
 checkpoints_kept=2
 seed=1
 sample=1
+insecure=0
 budget_json=""
 outer_json=""
 while [ $# -gt 0 ]; do
@@ -71,6 +75,7 @@ while [ $# -gt 0 ]; do
     --checkpoints-kept) checkpoints_kept="$2"; shift 2 ;;
     --seed) seed="$2"; shift 2 ;;
     --no-sample) sample=0; shift ;;
+    --insecure) insecure=1; shift ;;
     --uniform-budget) budget_json=', "budgetPolicy": "BUDGET_POLICY_UNIFORM"'; shift ;;
     --eta|--gamma)
       [[ "${2:-}" =~ ^[0-9]*\.?[0-9]+$ ]] ||
@@ -135,7 +140,27 @@ wait_port() {
   echo "local_cluster: no port in $1" >&2; return 1
 }
 
-"$bin/gasloc-coordinator" --listen=127.0.0.1:0 \
+# Credentials: mutual TLS with a fresh test CA (each worker its own
+# certificate, CN worker:worker<i>; gaslocctl the operator's), unless
+# --insecure.
+if [ "$insecure" = 1 ]; then
+  coordinator_tls=(--insecure); ctl_tls=(--insecure)
+  worker_tls() { echo --insecure; }
+else
+  certs="$run_dir/certs"
+  bash scripts/make_test_certs.sh "$certs" "$workers" > /dev/null
+  coordinator_tls=(--tls_cert="$certs/coordinator.pem"
+                   --tls_key="$certs/coordinator.key" --tls_ca="$certs/ca.pem")
+  ctl_tls=(--tls_cert="$certs/operator.pem" --tls_key="$certs/operator.key"
+           --tls_ca="$certs/ca.pem")
+  worker_tls() {
+    echo --tls_cert="$certs/worker$1.pem" --tls_key="$certs/worker$1.key" \
+      --tls_ca="$certs/ca.pem"
+  }
+  echo "local_cluster: mutual TLS, certificates in $certs"
+fi
+
+"$bin/gasloc-coordinator" --listen=127.0.0.1:0 "${coordinator_tls[@]}" \
   --db="$run_dir/coordinator.sqlite" \
   > "$run_dir/coordinator.out" 2> "$run_dir/coordinator.log" &
 pids+=($!)
@@ -156,6 +181,7 @@ for i in $(seq 1 "$workers"); do
     --listen=127.0.0.1:0 --threads="$threads" --data_dir="$run_dir/worker$i" \
     --checkpoints_kept="$checkpoints_kept" \
     --checkpoint_root="$run_dir" \
+    $(worker_tls "$i") \
     > "$run_dir/worker$i.out" 2> "$run_dir/worker$i.log" &
   pids+=($!)
 done
@@ -177,7 +203,7 @@ cat > "$run_dir/job.json" <<JSON
   "minWorkers": $workers
 }
 JSON
-ctl=("$bin/gaslocctl" --coordinator="$coordinator")
+ctl=("$bin/gaslocctl" --coordinator="$coordinator" "${ctl_tls[@]}")
 job_id=$("${ctl[@]}" --output=json job start "$run_dir/job.json" |
   /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["job_id"])')
 echo "local_cluster: job $job_id started ($algorithm, $rounds rounds of $local_steps steps)"

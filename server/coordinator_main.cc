@@ -18,6 +18,7 @@
 #include "coordinator/store.h"
 #include "coordinator/coordinator_metrics.h"
 #include "prometheus/registry.h"
+#include "server/auth.h"
 #include "server/coordinator_service.h"
 #include "server/metrics_endpoint.h"
 #include "server/server_runner.h"
@@ -43,7 +44,17 @@ ABSL_FLAG(absl::Duration, ended_job_max_age, absl::Hours(24 * 30),
 ABSL_FLAG(std::string, tls_cert, "", "PEM server certificate (enables TLS).");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
 ABSL_FLAG(std::string, tls_ca, "",
-          "PEM root that signed client certificates (mutual TLS).");
+          "PEM root that signed client certificates: the server then "
+          "requires and verifies them (mutual TLS).");
+ABSL_FLAG(std::string, operator_token_file, "",
+          "File of operator bearer tokens (\"<token>\" per line): who may "
+          "start, stop and list jobs and list workers.");
+ABSL_FLAG(std::string, worker_token_file, "",
+          "File of worker bearer tokens (\"<token> [worker-name]\" per "
+          "line): who may register and act as a worker.");
+ABSL_FLAG(bool, insecure, false,
+          "Run without any authentication (plaintext, every caller may do "
+          "everything). Only for tests and trusted loopback.");
 
 int main(int argc, char** argv) {
   gasloc::BlockTerminationSignals();
@@ -52,7 +63,31 @@ int main(int argc, char** argv) {
       "gasloc-coordinator: tracks live workers, accepts jobs and issues every "
       "outer round's gossip pairing and local-step budgets.\n\n"
       "Usage: gasloc-coordinator [--listen=HOST:PORT] [--db=FILE] "
-      "[--lease_ms=N] [--metrics_port=N]");
+      "[--lease_ms=N] [--metrics_port=N]\n"
+      "  (--tls_cert=PEM --tls_key=PEM --tls_ca=PEM | "
+      "--operator_token_file=F --worker_token_file=F | --insecure)");
+
+  // Credentials first: a coordinator that would let anyone in refuses to
+  // start unless --insecure says so.
+  const gasloc::CredentialsOptions credentials{
+      .tls_cert_file = absl::GetFlag(FLAGS_tls_cert),
+      .tls_key_file = absl::GetFlag(FLAGS_tls_key),
+      .tls_ca_file = absl::GetFlag(FLAGS_tls_ca),
+      .token_file = "",
+      .tokens_checked = !absl::GetFlag(FLAGS_operator_token_file).empty() ||
+                        !absl::GetFlag(FLAGS_worker_token_file).empty(),
+      .insecure = absl::GetFlag(FLAGS_insecure)};
+  auto auth_options = gasloc::LoadServerAuth(
+      credentials,
+      {.operator_token_file = absl::GetFlag(FLAGS_operator_token_file),
+       .worker_token_file = absl::GetFlag(FLAGS_worker_token_file),
+       .peer_token_file = ""});
+  if (!auth_options.ok()) {
+    std::fprintf(stderr, "gasloc-coordinator: %s\n",
+                 std::string(auth_options.status().message()).c_str());
+    return 2;
+  }
+  const gasloc::Authenticator authenticator(*auth_options);
 
   const int lease_ms = absl::GetFlag(FLAGS_lease_ms);
   if (lease_ms < 100 || lease_ms > 3600000) {
@@ -107,13 +142,12 @@ int main(int argc, char** argv) {
   }
   gasloc::CoordinatorServiceOptions service_options;
   service_options.metrics = coordinator_options.metrics;
+  service_options.authenticator = &authenticator;
   gasloc::CoordinatorService service(coordinator->get(), service_options);
 
   gasloc::ServerOptions options;
   options.listen_address = absl::GetFlag(FLAGS_listen);
-  options.credentials = {absl::GetFlag(FLAGS_tls_cert),
-                         absl::GetFlag(FLAGS_tls_key),
-                         absl::GetFlag(FLAGS_tls_ca)};
+  options.credentials = credentials;
   gasloc::ServerRunner runner(options);
   runner.AddService(&service);
   auto port = runner.Start();

@@ -1,8 +1,11 @@
 #include "server/coordinator_service.h"
 
 #include <string>
+#include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/log.h"
 #include "server/grpc_status.h"
 
 namespace gasloc {
@@ -23,63 +26,91 @@ CoordinatorService::CoordinatorService(coordinator::Coordinator* coordinator,
     : coordinator_(coordinator), options_(options) {}
 
 grpc::Status CoordinatorService::RegisterWorker(
-    grpc::ServerContext*, const v1::RegisterWorkerRequest* request,
+    grpc::ServerContext* context, const v1::RegisterWorkerRequest* request,
     v1::RegisterWorkerResponse* response) {
+  auto caller = Authorize(context, Role::kWorker, "RegisterWorker");
+  if (!caller.ok()) return Counted("RegisterWorker", ToGrpcStatus(caller.status()));
+  // The identity is the authenticated one, never what the request says.
+  v1::RegisterWorkerRequest bound = *request;
+  bound.mutable_info()->set_identity(caller->worker_name);
+  auto registered = coordinator_->RegisterWorker(bound);
+  if (registered.ok()) {
+    absl::MutexLock lock(&mu_);
+    owners_[registered->worker_id()] = caller->worker_name;
+  }
   return Counted("RegisterWorker",
-                 Unwrap(coordinator_->RegisterWorker(*request),
+                 Unwrap(std::move(registered),
                         [&](auto r) { *response = std::move(r); }));
 }
 
-grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext*,
+grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext* context,
                                            const v1::HeartbeatRequest* request,
                                            v1::HeartbeatResponse* response) {
+  if (absl::Status allowed =
+          AuthorizeWorker(context, "Heartbeat", request->worker_id());
+      !allowed.ok())
+    return Counted("Heartbeat", ToGrpcStatus(allowed));
   return Counted("Heartbeat",
                  Unwrap(coordinator_->Heartbeat(*request),
                         [&](auto r) { *response = std::move(r); }));
 }
 
 grpc::Status CoordinatorService::LeaveWorker(
-    grpc::ServerContext*, const v1::LeaveWorkerRequest* request,
+    grpc::ServerContext* context, const v1::LeaveWorkerRequest* request,
     v1::LeaveWorkerResponse*) {
+  if (absl::Status allowed =
+          AuthorizeWorker(context, "LeaveWorker", request->worker_id());
+      !allowed.ok())
+    return Counted("LeaveWorker", ToGrpcStatus(allowed));
   return Counted("LeaveWorker",
                  ToGrpcStatus(coordinator_->LeaveWorker(*request)));
 }
 
 grpc::Status CoordinatorService::ListWorkers(
-    grpc::ServerContext*, const v1::ListWorkersRequest* request,
+    grpc::ServerContext* context, const v1::ListWorkersRequest* request,
     v1::ListWorkersResponse* response) {
+  auto caller = Authorize(context, Role::kOperator, "ListWorkers");
+  if (!caller.ok()) return Counted("ListWorkers", ToGrpcStatus(caller.status()));
   *response = coordinator_->ListWorkers(*request);
   return Counted("ListWorkers", grpc::Status::OK);
 }
 
-grpc::Status CoordinatorService::StartJob(grpc::ServerContext*,
+grpc::Status CoordinatorService::StartJob(grpc::ServerContext* context,
                                           const v1::StartJobRequest* request,
                                           v1::StartJobResponse* response) {
+  auto caller = Authorize(context, Role::kOperator, "StartJob");
+  if (!caller.ok()) return Counted("StartJob", ToGrpcStatus(caller.status()));
   return Counted(
       "StartJob",
       Unwrap(coordinator_->StartJob(request->spec()),
              [&](auto s) { *response->mutable_job() = std::move(s); }));
 }
 
-grpc::Status CoordinatorService::GetJob(grpc::ServerContext*,
+grpc::Status CoordinatorService::GetJob(grpc::ServerContext* context,
                                         const v1::GetJobRequest* request,
                                         v1::GetJobResponse* response) {
+  auto caller = Authorize(context, Role::kOperator, "GetJob");
+  if (!caller.ok()) return Counted("GetJob", ToGrpcStatus(caller.status()));
   return Counted(
       "GetJob",
       Unwrap(coordinator_->GetJob(request->job_id()),
              [&](auto s) { *response->mutable_job() = std::move(s); }));
 }
 
-grpc::Status CoordinatorService::ListJobs(grpc::ServerContext*,
+grpc::Status CoordinatorService::ListJobs(grpc::ServerContext* context,
                                           const v1::ListJobsRequest*,
                                           v1::ListJobsResponse* response) {
+  auto caller = Authorize(context, Role::kOperator, "ListJobs");
+  if (!caller.ok()) return Counted("ListJobs", ToGrpcStatus(caller.status()));
   *response = coordinator_->ListJobs();
   return Counted("ListJobs", grpc::Status::OK);
 }
 
-grpc::Status CoordinatorService::StopJob(grpc::ServerContext*,
+grpc::Status CoordinatorService::StopJob(grpc::ServerContext* context,
                                          const v1::StopJobRequest* request,
                                          v1::StopJobResponse* response) {
+  auto caller = Authorize(context, Role::kOperator, "StopJob");
+  if (!caller.ok()) return Counted("StopJob", ToGrpcStatus(caller.status()));
   return Counted(
       "StopJob",
       Unwrap(coordinator_->StopJob(request->job_id(), request->reason()),
@@ -98,6 +129,8 @@ grpc::Status CoordinatorService::ResumeJob(
 grpc::Status CoordinatorService::WatchJob(
     grpc::ServerContext* context, const v1::WatchJobRequest* request,
     grpc::ServerWriter<v1::JobEvent>* writer) {
+  auto caller = Authorize(context, Role::kOperator, "WatchJob");
+  if (!caller.ok()) return Counted("WatchJob", ToGrpcStatus(caller.status()));
   return Counted("WatchJob", StreamJobEvents(context, request, writer));
 }
 
@@ -143,17 +176,98 @@ grpc::Status CoordinatorService::StreamJobEvents(
 grpc::Status CoordinatorService::GetAssignment(
     grpc::ServerContext* context, const v1::GetAssignmentRequest* request,
     v1::Assignment* response) {
+  if (absl::Status allowed =
+          AuthorizeWorker(context, "GetAssignment", request->worker_id());
+      !allowed.ok())
+    return Counted("GetAssignment", ToGrpcStatus(allowed));
   auto cancelled = [&] { return context->IsCancelled() || shutting_down_; };
   return Counted("GetAssignment",
                  Unwrap(coordinator_->GetAssignment(*request, cancelled),
-                        [&](auto a) { *response = std::move(a); }));
+                        [&](auto a) {
+                          *response = std::move(a);
+                          AddIdentities(response);
+                        }));
 }
 
 grpc::Status CoordinatorService::ReportRound(
-    grpc::ServerContext*, const v1::ReportRoundRequest* request,
+    grpc::ServerContext* context, const v1::ReportRoundRequest* request,
     v1::ReportRoundResponse*) {
+  if (absl::Status allowed =
+          AuthorizeWorker(context, "ReportRound", request->worker_id());
+      !allowed.ok())
+    return Counted("ReportRound", ToGrpcStatus(allowed));
   return Counted("ReportRound",
                  ToGrpcStatus(coordinator_->ReportRound(*request)));
+}
+
+absl::StatusOr<Caller> CoordinatorService::Authorize(
+    grpc::ServerContext* context, Role role, absl::string_view method) const {
+  if (options_.authenticator == nullptr)
+    return absl::UnauthenticatedError(absl::StrCat(
+        method, ": this server was started without an authenticator"));
+  return options_.authenticator->Authorize(*context, role, method);
+}
+
+absl::Status CoordinatorService::AuthorizeWorker(grpc::ServerContext* context,
+                                                 absl::string_view method,
+                                                 uint64_t worker_id) {
+  absl::StatusOr<Caller> caller = Authorize(context, Role::kWorker, method);
+  if (!caller.ok()) return caller.status();
+  return CheckActsFor(*caller, worker_id, method);
+}
+
+absl::Status CoordinatorService::CheckActsFor(const Caller& caller,
+                                              uint64_t worker_id,
+                                              absl::string_view method) {
+  if (caller.worker_name.empty()) return absl::OkStatus();
+  const std::optional<std::string> owner = OwnerOf(worker_id);
+  // An id the coordinator does not know gets its NOT_FOUND from the
+  // coordinator (the worker then registers again).
+  if (!owner.has_value() || *owner == caller.worker_name)
+    return absl::OkStatus();
+  GASLOC_LOG(WARNING) << method << " for worker " << worker_id << " by "
+                      << caller.description << " refused: registered by "
+                      << (owner->empty() ? "an unbound caller" : *owner);
+  return absl::PermissionDeniedError(absl::StrCat(
+      method, ": worker ", worker_id, " was not registered by ",
+      caller.description, "; a worker may act only for its own ids"));
+}
+
+std::optional<std::string> CoordinatorService::OwnerOf(uint64_t worker_id) {
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = owners_.find(worker_id);
+    if (it != owners_.end()) return it->second;
+  }
+  v1::ListWorkersRequest everyone;
+  everyone.set_include_gone(true);
+  const v1::ListWorkersResponse workers = coordinator_->ListWorkers(everyone);
+  std::optional<std::string> found;
+  absl::MutexLock lock(&mu_);
+  for (const v1::WorkerStatus& worker : workers.workers()) {
+    owners_[worker.worker_id()] = worker.info().identity();
+    if (worker.worker_id() == worker_id) found = worker.info().identity();
+  }
+  return found;
+}
+
+void CoordinatorService::AddIdentities(v1::Assignment* assignment) {
+  auto fill = [&](v1::PeerAssignment* peer) {
+    if (peer->worker_id() != 0)
+      peer->set_identity(OwnerOf(peer->worker_id()).value_or(""));
+  };
+  for (v1::PeerAssignment& peer : *assignment->mutable_peers()) fill(&peer);
+  for (v1::PeerAssignment& peer : *assignment->mutable_ring_order())
+    fill(&peer);
+  if (assignment->has_model_source()) fill(assignment->mutable_model_source());
+  if (assignment->kind() != v1::ASSIGNMENT_KIND_ROUND) return;
+  auto job = coordinator_->GetJob(assignment->job_id());
+  if (!job.ok()) return;
+  for (uint64_t member : job->worker_ids()) {
+    v1::PeerAssignment* entry = assignment->add_members();
+    entry->set_worker_id(member);
+    entry->set_identity(OwnerOf(member).value_or(""));
+  }
 }
 
 grpc::Status CoordinatorService::Counted(absl::string_view method,

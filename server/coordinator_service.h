@@ -5,17 +5,33 @@
 // event whenever nothing happened for `progress_interval`, until the job
 // ends, the client cancels, or the server shuts down.
 //
+// Every handler first asks the Authenticator (server/auth.h) whether the
+// caller holds the RPC's role: operator for job control and ListWorkers,
+// worker for membership, assignments and reports. A caller bound to a
+// worker name registers under that name (WorkerInfo.identity) and may then
+// act only for the worker ids registered under it (PERMISSION_DENIED
+// otherwise). Assignments carry every peer's and member's identity so the
+// Peer services can check who sends (docs/security.md).
+//
 // Thread safety: gRPC calls the handlers from many threads; the
-// Coordinator is thread-safe and this class holds no other state besides
-// the shutdown flag (atomic).
+// Coordinator is thread-safe; the owner cache is guarded by mu_ and the
+// shutdown flag is atomic.
 #ifndef GASLOC_SERVER_COORDINATOR_SERVICE_H_
 #define GASLOC_SERVER_COORDINATOR_SERVICE_H_
 
 #include <atomic>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
 
 #include "absl/time/time.h"
 #include "coordinator/coordinator.h"
 #include "gasloc/v1/coordinator.grpc.pb.h"
+#include "server/auth.h"
 
 namespace gasloc {
 
@@ -25,6 +41,10 @@ struct CoordinatorServiceOptions {
   // Counts every RPC by method and every error by method and code; not
   // owned, null = no metrics.
   coordinator::CoordinatorMetrics* metrics = nullptr;
+  // Who may call what; not owned. Null = every call is refused
+  // (UNAUTHENTICATED): a server without authentication must be asked for
+  // with an insecure Authenticator.
+  const Authenticator* authenticator = nullptr;
 };
 
 class CoordinatorService final : public v1::Coordinator::Service {
@@ -77,12 +97,34 @@ class CoordinatorService final : public v1::Coordinator::Service {
   grpc::Status StreamJobEvents(grpc::ServerContext* context,
                                const v1::WatchJobRequest* request,
                                grpc::ServerWriter<v1::JobEvent>* writer);
+  // The caller if it may call `method` (needs `role`); the refusal status
+  // otherwise.
+  absl::StatusOr<Caller> Authorize(grpc::ServerContext* context, Role role,
+                                   absl::string_view method) const;
+  // Authorize(kWorker) and CheckActsFor in one: OK when the caller is a
+  // worker that may act for `worker_id`.
+  absl::Status AuthorizeWorker(grpc::ServerContext* context,
+                               absl::string_view method, uint64_t worker_id);
+  // OK when `caller` may act for `worker_id`: unbound callers may; a
+  // caller bound to a name only for ids registered under that name.
+  absl::Status CheckActsFor(const Caller& caller, uint64_t worker_id,
+                            absl::string_view method);
+  // The identity worker_id registered with; nullopt when the coordinator
+  // does not know the id.
+  std::optional<std::string> OwnerOf(uint64_t worker_id);
+  // Fills in the identity of every peer, ring member, model source and job
+  // member of `assignment`.
+  void AddIdentities(v1::Assignment* assignment);
   // Records the RPC in the metrics and returns `status`.
   grpc::Status Counted(absl::string_view method, grpc::Status status) const;
 
   coordinator::Coordinator* const coordinator_;
   const CoordinatorServiceOptions options_;
   std::atomic<bool> shutting_down_{false};
+  absl::Mutex mu_;
+  // worker id -> WorkerInfo.identity, filled at registration and from
+  // ListWorkers on a miss (ids registered before a restart).
+  absl::flat_hash_map<uint64_t, std::string> owners_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace gasloc

@@ -45,6 +45,11 @@ ABSL_FLAG(std::string, tls_ca, "",
           "PEM root of the coordinator's certificate (enables TLS).");
 ABSL_FLAG(std::string, tls_cert, "", "PEM client certificate (mutual TLS).");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
+ABSL_FLAG(std::string, token_file, "",
+          "File whose first token is sent as the operator's bearer token.");
+ABSL_FLAG(bool, insecure, false,
+          "Talk to a coordinator started with --insecure (plaintext, no "
+          "credentials).");
 
 namespace gasloc::ctl {
 namespace {
@@ -475,15 +480,16 @@ int Run(const std::vector<std::string>& args) {
   if (output != "table" && output != "json")
     return Usage(absl::StrCat("--output must be table or json, got '", output, "'"));
   if (args.size() < 2) return Usage("missing COMMAND");
-  CredentialsOptions credentials{absl::GetFlag(FLAGS_tls_cert),
-                                 absl::GetFlag(FLAGS_tls_key),
-                                 absl::GetFlag(FLAGS_tls_ca)};
-  auto channel_credentials = MakeChannelCredentials(credentials);
-  if (!channel_credentials.ok())
-    return Fail(std::string(channel_credentials.status().message()));
-  auto channel = grpc::CreateChannel(absl::GetFlag(FLAGS_coordinator),
-                                     *channel_credentials);
-  auto stub = v1::Coordinator::NewStub(channel);
+  const CredentialsOptions credentials{
+      .tls_cert_file = absl::GetFlag(FLAGS_tls_cert),
+      .tls_key_file = absl::GetFlag(FLAGS_tls_key),
+      .tls_ca_file = absl::GetFlag(FLAGS_tls_ca),
+      .token_file = absl::GetFlag(FLAGS_token_file),
+      .tokens_checked = false,
+      .insecure = absl::GetFlag(FLAGS_insecure)};
+  auto channel = MakeChannel(absl::GetFlag(FLAGS_coordinator), credentials);
+  if (!channel.ok()) return Fail(std::string(channel.status().message()));
+  auto stub = v1::Coordinator::NewStub(*channel);
 
   const std::string& command = args[1];
   if (command == "workers") {

@@ -17,16 +17,18 @@ void SetDeadline(grpc::ClientContext* context, absl::Duration timeout) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<GrpcCoordinatorLink>> GrpcCoordinatorLink::Create(
-    const std::string& address, const CredentialsOptions& credentials) {
-  ASSIGN_OR_RETURN(auto channel_credentials,
-                   MakeChannelCredentials(credentials));
+    const std::string& address, const CredentialsOptions& credentials,
+    PeerRoster* roster) {
+  ASSIGN_OR_RETURN(auto channel, MakeChannel(address, credentials));
   return std::unique_ptr<GrpcCoordinatorLink>(
-      new GrpcCoordinatorLink(grpc::CreateChannel(address, channel_credentials)));
+      new GrpcCoordinatorLink(std::move(channel), roster));
 }
 
-GrpcCoordinatorLink::GrpcCoordinatorLink(std::shared_ptr<grpc::Channel> channel)
+GrpcCoordinatorLink::GrpcCoordinatorLink(std::shared_ptr<grpc::Channel> channel,
+                                         PeerRoster* roster)
     : channel_(std::move(channel)),
-      stub_(v1::Coordinator::NewStub(channel_)) {}
+      stub_(v1::Coordinator::NewStub(channel_)),
+      roster_(roster) {}
 
 absl::StatusOr<v1::RegisterWorkerResponse> GrpcCoordinatorLink::Register(
     const v1::WorkerInfo& info) {
@@ -75,6 +77,7 @@ absl::StatusOr<v1::Assignment> GrpcCoordinatorLink::GetAssignment(
     waits_.erase(&context);
   }
   RETURN_IF_ERROR(FromGrpcStatus(status));
+  if (roster_ != nullptr) roster_->Learn(response);
   return response;
 }
 

@@ -6,7 +6,9 @@
 //
 // Thread safety: all methods may be called concurrently (gRPC stubs are
 // thread-safe); CancelWaits() aborts an in-flight GetAssignment from any
-// thread (used on SIGTERM).
+// thread (used on SIGTERM). Every assignment is shown to the PeerRoster
+// (if given) before the daemon sees it, so the Peer service knows the
+// identities of the peers it is scheduled with.
 #ifndef GASLOC_SERVER_GRPC_COORDINATOR_LINK_H_
 #define GASLOC_SERVER_GRPC_COORDINATOR_LINK_H_
 
@@ -19,6 +21,7 @@
 #include "absl/synchronization/mutex.h"
 #include "gasloc/v1/coordinator.grpc.pb.h"
 #include "server/credentials.h"
+#include "server/peer_roster.h"
 #include "worker/daemon/coordinator_link.h"
 
 namespace gasloc {
@@ -26,7 +29,8 @@ namespace gasloc {
 class GrpcCoordinatorLink final : public CoordinatorLink {
  public:
   static absl::StatusOr<std::unique_ptr<GrpcCoordinatorLink>> Create(
-      const std::string& address, const CredentialsOptions& credentials);
+      const std::string& address, const CredentialsOptions& credentials,
+      PeerRoster* roster = nullptr);
 
   absl::StatusOr<v1::RegisterWorkerResponse> Register(
       const v1::WorkerInfo& info) override;
@@ -39,9 +43,11 @@ class GrpcCoordinatorLink final : public CoordinatorLink {
   void CancelWaits() override;
 
  private:
-  explicit GrpcCoordinatorLink(std::shared_ptr<grpc::Channel> channel);
+  GrpcCoordinatorLink(std::shared_ptr<grpc::Channel> channel,
+                      PeerRoster* roster);
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Coordinator::Stub> stub_;
+  PeerRoster* const roster_;  // not owned; may be null
   absl::Mutex mu_;
   std::set<grpc::ClientContext*> waits_ ABSL_GUARDED_BY(mu_);
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;

@@ -25,8 +25,6 @@ struct GrpcPeerTransport::Impl {
     absl::MutexLock lock(&mu);
     auto it = channels.find(address);
     if (it != channels.end()) return it->second;
-    auto credentials = MakeChannelCredentials(options.credentials);
-    if (!credentials.ok()) return credentials.status();
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(options.max_message_bytes);
     args.SetMaxSendMessageSize(-1);
@@ -34,9 +32,10 @@ struct GrpcPeerTransport::Impl {
     // host (no subchannel sharing between our channels).
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
     if (options.http2_bulk_tuning) ApplyBulkTransferArgs(args);
-    auto channel = grpc::CreateCustomChannel(address, *credentials, args);
-    channels.emplace(address, channel);
-    return channel;
+    auto channel = MakeChannel(address, options.credentials, args);
+    if (!channel.ok()) return channel.status();
+    channels.emplace(address, *channel);
+    return *channel;
   }
 
   TransferOutcome Send(const TransferKey& key, const OutgoingTransfer& send,

@@ -1,6 +1,7 @@
 #include "server/peer_service.h"
 
 #include <algorithm>
+#include <optional>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -48,9 +49,42 @@ void PeerService::SetRoundReporter(RoundReporter reporter) {
   round_reporter_ = std::move(reporter);
 }
 
+absl::StatusOr<Caller> PeerService::Authorize(grpc::ServerContext* context,
+                                              absl::string_view method) const {
+  if (options_.authenticator == nullptr)
+    return absl::UnauthenticatedError(absl::StrCat(
+        method, ": this server was started without an authenticator"));
+  return options_.authenticator->Authorize(*context, Role::kPeer, method);
+}
+
+absl::Status PeerService::CheckWritesOwnId(const Caller& caller,
+                                           uint64_t worker_id,
+                                           absl::string_view field,
+                                           absl::Time deadline) const {
+  if (caller.worker_name.empty()) return absl::OkStatus();
+  std::optional<std::string> identity;
+  if (options_.roster != nullptr)
+    identity = options_.roster->IdentityOf(
+        worker_id, std::min(deadline, absl::Now() + options_.identity_wait));
+  if (identity.has_value() && *identity == caller.worker_name)
+    return absl::OkStatus();
+  const std::string scheduled =
+      identity.has_value()
+          ? absl::StrCat("is worker \"", *identity, "\" in the schedule")
+          : "is not in this worker's schedule";
+  GASLOC_LOG(WARNING) << "peer " << mailbox_->self_id() << ": "
+                      << caller.description << " wrote " << field << " "
+                      << worker_id << ", which " << scheduled << ": refused";
+  return absl::PermissionDeniedError(
+      absl::StrCat(field, " ", worker_id, " ", scheduled, "; ",
+                   caller.description, " may only write its own id"));
+}
+
 grpc::Status PeerService::Exchange(
     grpc::ServerContext* context,
     grpc::ServerReaderWriter<v1::ExchangeChunk, v1::ExchangeChunk>* stream) {
+  auto caller = Authorize(context, "Exchange");
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
   auto ticket = limits_.Admit(PeerHost(*context), InboundKind::kExchange,
                               [context] { context->TryCancel(); });
   if (!ticket.ok()) return ToGrpcStatus(ticket.status());
@@ -59,7 +93,7 @@ grpc::Status PeerService::Exchange(
   const absl::Time deadline =
       std::min(absl::FromChrono(context->deadline()),
                absl::Now() + options_.limits.exchange_total_timeout);
-  grpc::Status status = ExchangeAdmitted(stream, deadline, **ticket);
+  grpc::Status status = ExchangeAdmitted(stream, *caller, deadline, **ticket);
   if (const std::string why = (*ticket)->cancelled_because(); !why.empty()) {
     GASLOC_LOG(WARNING) << "Exchange stream from " << context->peer()
                         << " cancelled: " << why;
@@ -71,12 +105,24 @@ grpc::Status PeerService::Exchange(
 
 grpc::Status PeerService::ExchangeAdmitted(
     grpc::ServerReaderWriter<v1::ExchangeChunk, v1::ExchangeChunk>* stream,
-    absl::Time deadline, InboundLimits::Ticket& ticket) {
+    const Caller& caller, absl::Time deadline, InboundLimits::Ticket& ticket) {
   std::unique_ptr<Mailbox::InboundStream> inbound = mailbox_->OpenStream();
   v1::ExchangeChunk chunk;
   uint64_t chunks = 0;
+  std::optional<uint64_t> verified_sender;
   while (stream->Read(&chunk)) {
     ++chunks;
+    // Who the chunk claims to be from is checked before the Mailbox sees
+    // it: a refused first chunk binds no transfer.
+    if (verified_sender != chunk.header().sender_id()) {
+      absl::Status own = CheckWritesOwnId(caller, chunk.header().sender_id(),
+                                          "sender_id", deadline);
+      if (!own.ok()) {
+        inbound->End(chunks == 1 ? absl::OkStatus() : own);
+        return ToGrpcStatus(own);
+      }
+      verified_sender = chunk.header().sender_id();
+    }
     // Waiting in the mailbox (an early chunk before its registration) is
     // not idleness.
     ticket.SetBusy(true);
@@ -103,6 +149,13 @@ grpc::Status PeerService::ExchangeAdmitted(
 grpc::Status PeerService::FetchModel(
     grpc::ServerContext* context, const v1::FetchModelRequest* request,
     grpc::ServerWriter<v1::ExchangeChunk>* writer) {
+  auto caller = Authorize(context, "FetchModel");
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
+  if (absl::Status own =
+          CheckWritesOwnId(*caller, request->requester_id(), "requester_id",
+                           absl::FromChrono(context->deadline()));
+      !own.ok())
+    return ToGrpcStatus(own);
   ModelProvider provider;
   {
     absl::MutexLock lock(&mu_);
@@ -148,6 +201,8 @@ grpc::Status PeerService::FetchModel(
 grpc::Status PeerService::Ping(grpc::ServerContext* context,
                                const v1::PingRequest* request,
                                v1::PingResponse* response) {
+  auto caller = Authorize(context, "Ping");
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
   response->set_worker_id(mailbox_->self_id());
   RoundReporter reporter;
   {

@@ -20,6 +20,13 @@
 // a synchronous gRPC server can end a blocked read only so; the log says
 // which deadline); FetchModel's chunk_bytes must be in [min_fetch_chunk_bytes,
 // max_fetch_chunk_bytes].
+// Every handler first asks the Authenticator (server/auth.h) for the peer
+// role. A caller bound to a worker name (a "worker:<name>" certificate or a
+// named peer token) may only write, as Exchange sender_id or FetchModel
+// requester_id, the worker id the coordinator scheduled under that name
+// (PeerRoster, learnt from the assignments); anything else is refused with
+// PERMISSION_DENIED before the chunk reaches the Mailbox, so a forged
+// stream cannot spoil the honest transfer.
 //
 // On shutdown call Mailbox::Shutdown() before stopping the server: open
 // transfers and waiting streams then end at once with UNAVAILABLE.
@@ -39,6 +46,8 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "gasloc/v1/peer.grpc.pb.h"
+#include "server/auth.h"
+#include "server/peer_roster.h"
 #include "grpcpp/grpcpp.h"
 #include "absl/synchronization/notification.h"
 #include "worker/exchange/inbound_limits.h"
@@ -61,6 +70,15 @@ struct PeerServiceOptions {
   InboundLimitsOptions limits;
   // How often the watchdog looks for calls past their deadlines.
   absl::Duration watchdog_period = absl::Milliseconds(200);
+  // Who may call; not owned. Null = every call is refused
+  // (UNAUTHENTICATED).
+  const Authenticator* authenticator = nullptr;
+  // Identities of the worker ids this worker was scheduled with; not
+  // owned. Null = callers bound to a worker name are refused.
+  PeerRoster* roster = nullptr;
+  // Longest wait for the roster to learn a sender's identity when the
+  // call has no deadline.
+  absl::Duration identity_wait = absl::Seconds(30);
 };
 
 class PeerService final : public v1::Peer::Service {
@@ -91,7 +109,13 @@ class PeerService final : public v1::Peer::Service {
   static std::string PeerHost(const grpc::ServerContext& context);
   grpc::Status ExchangeAdmitted(
       grpc::ServerReaderWriter<v1::ExchangeChunk, v1::ExchangeChunk>* stream,
-      absl::Time deadline, InboundLimits::Ticket& ticket);
+      const Caller& caller, absl::Time deadline, InboundLimits::Ticket& ticket);
+  absl::StatusOr<Caller> Authorize(grpc::ServerContext* context,
+                                   absl::string_view method) const;
+  // OK when `caller` may write `worker_id` as its own id.
+  absl::Status CheckWritesOwnId(const Caller& caller, uint64_t worker_id,
+                                absl::string_view field,
+                                absl::Time deadline) const;
 
   Mailbox* const mailbox_;
   const PeerServiceOptions options_;

@@ -68,7 +68,20 @@ ABSL_FLAG(int, metrics_port, 0,
           "Port of the Prometheus /metrics endpoint (0 = off).");
 ABSL_FLAG(std::string, tls_cert, "", "PEM certificate (enables TLS).");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
-ABSL_FLAG(std::string, tls_ca, "", "PEM root of the cluster's certificates.");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM root of the cluster's certificates: verifies the coordinator "
+          "and peers, and the Peer service requires and verifies client "
+          "certificates signed by it (mutual TLS).");
+ABSL_FLAG(std::string, worker_token_file, "",
+          "File whose first token this worker sends to the coordinator "
+          "(\"<token> [worker-name]\" per line).");
+ABSL_FLAG(std::string, peer_token_file, "",
+          "File of peer bearer tokens the Peer service accepts "
+          "(\"<token> [worker-name]\" per line); its first token is the one "
+          "this worker sends to its peers.");
+ABSL_FLAG(bool, insecure, false,
+          "Run without any authentication (plaintext, every caller may do "
+          "everything). Only for tests and trusted loopback.");
 
 namespace gasloc {
 namespace {
@@ -102,14 +115,38 @@ uint64_t MeasuredMemoryBytes() {
 }
 
 int RunWorker() {
-  CredentialsOptions credentials{
+  // Three sets of credentials: the Peer service's (server), the link to
+  // the coordinator (worker token) and the channels to peers (peer token).
+  // Without any, the worker refuses to start unless --insecure says so.
+  const CredentialsOptions credentials{
       .tls_cert_file = absl::GetFlag(FLAGS_tls_cert),
       .tls_key_file = absl::GetFlag(FLAGS_tls_key),
-      .tls_ca_file = absl::GetFlag(FLAGS_tls_ca)};
+      .tls_ca_file = absl::GetFlag(FLAGS_tls_ca),
+      .token_file = "",
+      .tokens_checked = !absl::GetFlag(FLAGS_peer_token_file).empty(),
+      .insecure = absl::GetFlag(FLAGS_insecure)};
+  CredentialsOptions to_coordinator = credentials;
+  to_coordinator.token_file = absl::GetFlag(FLAGS_worker_token_file);
+  CredentialsOptions to_peers = credentials;
+  to_peers.token_file = absl::GetFlag(FLAGS_peer_token_file);
+  auto auth_options = LoadServerAuth(
+      credentials, {.operator_token_file = "",
+                    .worker_token_file = "",
+                    .peer_token_file = absl::GetFlag(FLAGS_peer_token_file)});
+  if (!auth_options.ok()) {
+    std::fprintf(stderr, "gasloc-worker: %s\n",
+                 std::string(auth_options.status().message()).c_str());
+    return 2;
+  }
+  const Authenticator authenticator(*auth_options);
+  PeerRoster roster;
   // The Peer service first: its port goes into the registration. The
   // mailbox learns this worker's id once the coordinator assigned it.
   Mailbox mailbox(MailboxOptions{});
-  PeerService peer_service(&mailbox);
+  PeerServiceOptions peer_options;
+  peer_options.authenticator = &authenticator;
+  peer_options.roster = &roster;
+  PeerService peer_service(&mailbox, peer_options);
   ServerOptions server_options;
   server_options.listen_address = absl::GetFlag(FLAGS_listen);
   server_options.credentials = credentials;
@@ -122,14 +159,15 @@ int RunWorker() {
   }
 
   auto coordinator =
-      GrpcCoordinatorLink::Create(absl::GetFlag(FLAGS_coordinator), credentials);
+      GrpcCoordinatorLink::Create(absl::GetFlag(FLAGS_coordinator),
+                                  to_coordinator, &roster);
   if (!coordinator.ok()) {
     GASLOC_LOG(ERROR) << "gasloc-worker: " << coordinator.status();
     return 1;
   }
   GrpcPeerTransportOptions transport_options;
   transport_options.mailbox = &mailbox;
-  transport_options.credentials = credentials;
+  transport_options.credentials = to_peers;
   GrpcPeerTransport transport(transport_options);
 
   WorkerDaemonOptions options;
@@ -251,7 +289,9 @@ int main(int argc, char** argv) {
       "gasloc-worker: registers with the coordinator, trains the model of "
       "its job round by round and exchanges state with its peers.\n\n"
       "Usage: gasloc-worker --coordinator=HOST:PORT [--listen=HOST:PORT] "
-      "[--advertise=HOST:PORT] [--threads=N] [--metrics_port=N]");
+      "[--advertise=HOST:PORT] [--threads=N] [--metrics_port=N]\n"
+      "  (--tls_cert=PEM --tls_key=PEM --tls_ca=PEM | "
+      "--worker_token_file=F --peer_token_file=F | --insecure)");
   // Before any thread allocates: exchange buffers reuse warm heap pages.
   const std::string malloc_refused = gasloc::TuneMallocForStreaming(
       gasloc::ResolveThreads(absl::GetFlag(FLAGS_threads), {}));

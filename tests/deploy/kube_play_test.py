@@ -55,6 +55,8 @@ IMAGE = os.environ.get("GASLOC_IMAGE", "localhost/gasloc:test")
 CORPUS = "/usr/share/common-licenses"
 NETWORK = f"gasloc-kube-{os.getpid()}"
 COORDINATOR_CTR = "gasloc-coordinator-pod-0-coordinator"
+# The manifest's Secret gasloc-tokens, mounted at /etc/gasloc/tokens.
+OPERATOR_TOKEN = "--token_file=/etc/gasloc/tokens/operator"
 WALL_SECONDS = 40
 START = time.monotonic()
 
@@ -75,7 +77,7 @@ def podman(*args, check=True, timeout=120, input_text=None):
 def ctl(*args, input_text=None):
     """gaslocctl inside the coordinator's container (the image's CLI)."""
     run = podman("exec", "-i", COORDINATOR_CTR, "gaslocctl",
-                 "--coordinator=127.0.0.1:7070", "--output=json", *args,
+                 "--coordinator=127.0.0.1:7070", OPERATOR_TOKEN, "--output=json", *args,
                  input_text=input_text)
     return json.loads(run.stdout)
 
@@ -102,6 +104,26 @@ class Cluster:
         self.net = ipaddress.ip_network(subnet)
         self.coordinator_ip = str(self.net[10])
         self.worker_pods = []
+        # The Secret gasloc-tokens (which the manifest leaves to the
+        # operator): fresh random tokens in a folder the pods mount instead.
+        self.tokens = os.path.join(workdir, "tokens")
+        os.makedirs(self.tokens)
+        os.chmod(workdir, 0o755)
+        os.chmod(self.tokens, 0o755)
+        for key in ("operator", "worker", "peer"):
+            path = os.path.join(self.tokens, key)
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(os.urandom(32).hex() + "\n")
+            os.chmod(path, 0o644)
+
+    def mount_tokens(self, pod):
+        """Replaces the secret volume `tokens` with a hostPath of self.tokens."""
+        for v in pod["volumes"]:
+            if v["name"] == "tokens":
+                assert v["secret"]["secretName"] == "gasloc-tokens", v
+                v.clear()
+                v.update({"name": "tokens",
+                          "hostPath": {"path": self.tokens, "type": "Directory"}})
 
     def play(self, name, docs, ip):
         path = os.path.join(self.workdir, name + ".yaml")
@@ -115,6 +137,7 @@ class Cluster:
         container = deployment["spec"]["template"]["spec"]["containers"][0]
         container["image"] = IMAGE
         container.pop("ports", None)
+        self.mount_tokens(deployment["spec"]["template"]["spec"])
         self.play("coordinator", [claim, deployment], self.coordinator_ip)
 
     def scale_workers_to(self, n):
@@ -134,6 +157,7 @@ class Cluster:
                     v.clear()
                     v.update({"name": "corpus",
                               "hostPath": {"path": CORPUS, "type": "Directory"}})
+            self.mount_tokens(pod)
             c = pod["containers"][0]
             c["image"] = IMAGE
             c.pop("ports", None)
@@ -168,7 +192,7 @@ class Watch(threading.Thread):
         self.events = []
         self.process = subprocess.Popen(
             ["podman", "exec", COORDINATOR_CTR, "gaslocctl",
-             "--coordinator=127.0.0.1:7070", "--output=json", "job", "watch",
+             "--coordinator=127.0.0.1:7070", OPERATOR_TOKEN, "--output=json", "job", "watch",
              str(job_id)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             text=True)
         self.start()
@@ -205,11 +229,13 @@ def workers_by_ip(include_gone=False):
     return {w["info"]["address"].rsplit(":", 1)[0]: w for w in listed}
 
 
-def image_alone():
-    """The image by itself: its default command (the coordinator) runs as
-    gasloc, its HEALTHCHECK passes, SIGTERM stops it with exit 0."""
+def image_alone(tokens):
+    """The image by itself: its default command (the coordinator, with the
+    token files mounted at /etc/gasloc/tokens) runs as gasloc, its
+    HEALTHCHECK passes, SIGTERM stops it with exit 0."""
     name = f"gasloc-image-{os.getpid()}"
-    podman("run", "-d", "--name", name, IMAGE)
+    podman("run", "-d", "--name", name, "-v",
+           f"{tokens}:/etc/gasloc/tokens:ro", IMAGE)
     try:
         wait_for("the image's HEALTHCHECK",
                  lambda: podman("healthcheck", "run", name,
@@ -226,7 +252,7 @@ def image_alone():
 
 
 def scenario(cluster):
-    image_alone()
+    image_alone(cluster.tokens)
     cluster.start_coordinator()
     wait_for("the coordinator's gRPC health probe",
              lambda: cluster.healthy(COORDINATOR_CTR), 60)

@@ -2,7 +2,9 @@
 """ctest python_client_test: deploy/python/gasloc_client against real
 processes: one gasloc-coordinator and two gasloc-worker daemons on loopback
 (free ports), a tiny job started, watched to FINISHED and its workers
-listed; list_jobs, stop_job, errors, and the example script.
+listed; list_jobs, stop_job, errors, and the example script. The daemons
+check bearer tokens (docs/security.md): the client sends the operator's,
+and a client without one is refused.
 
 Environment (set by tests/deploy/CMakeLists.txt):
   GASLOC_BIN_DIR  folder with gasloc-coordinator and gasloc-worker
@@ -77,17 +79,30 @@ class PythonClientTest(unittest.TestCase):
             cls.processes.append(p)
             return wait_port(log, p)
 
+        def token_file(name):
+            path = os.path.join(cls.dir, name)
+            with open(path, "w") as f:
+                f.write(f"{name}-{os.urandom(16).hex()}\n")
+            return path
+
+        cls.operator_token_file = token_file("operator-token")
+        worker_token_file = token_file("worker-token")
+        peer_token_file = token_file("peer-token")
         port = start("coordinator", [
             os.path.join(BIN_DIR, "gasloc-coordinator"), "--listen=127.0.0.1:0",
             "--db=" + os.path.join(cls.dir, "coordinator.sqlite"),
-            "--lease_ms=3000"])
+            "--lease_ms=3000",
+            "--operator_token_file=" + cls.operator_token_file,
+            "--worker_token_file=" + worker_token_file])
         cls.address = f"127.0.0.1:{port}"
         for i in range(2):
             start(f"worker{i}", [
                 os.path.join(BIN_DIR, "gasloc-worker"),
                 "--coordinator=" + cls.address, "--listen=127.0.0.1:0",
-                "--threads=1"])
-        cls.client = Client(cls.address, timeout=10)
+                "--threads=1", "--worker_token_file=" + worker_token_file,
+                "--peer_token_file=" + peer_token_file])
+        with open(cls.operator_token_file, encoding="utf-8") as f:
+            cls.client = Client(cls.address, timeout=10, token=f.read().split()[0])
 
     @classmethod
     def tearDownClass(cls):
@@ -175,6 +190,11 @@ class PythonClientTest(unittest.TestCase):
         self.assertEqual(raised.exception.code(),
                          grpc.StatusCode.INVALID_ARGUMENT)
         self.assertIn("alpha", raised.exception.details())
+        with Client(self.address, timeout=10) as anonymous:
+            with self.assertRaises(grpc.RpcError) as raised:
+                anonymous.list_jobs()
+            self.assertEqual(raised.exception.code(),
+                             grpc.StatusCode.UNAUTHENTICATED)
 
     def test_4_example_script_runs_a_job_to_the_end(self):
         self.wait_for_workers(2)
@@ -184,7 +204,7 @@ class PythonClientTest(unittest.TestCase):
             [sys.executable, example, "--coordinator", self.address,
              "--corpus", CORPUS, "--checkpoint-dir",
              os.path.join(self.dir, "example-ckpt"), "--rounds", "3",
-             "--threads", "1"],
+             "--threads", "1", "--token-file", self.operator_token_file],
             capture_output=True, text=True, timeout=120)
         self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
         self.assertRegex(run.stdout, r"job \d+ FINISHED: 3 rounds")

@@ -164,11 +164,13 @@ TEST(ClusterTest, LocalRgcWorkersTrainUnderGasloc) {
 // A worker started in the middle of a run joins at a round boundary: it
 // fetches the model from a member (Peer.FetchModel), trains with the
 // others, and the job finishes with everyone.
-TEST(ClusterTest, WorkerJoiningMidRunFetchesTheModelAndTrains) {
-  Cluster cluster("join");
+// Two workers run `rounds` GASLoC rounds; a third starts after round 1.
+// The job must finish and the third worker's log say it joined with a
+// member's model.
+void JoinMidRun(Cluster& cluster, int rounds) {
   ASSERT_NO_FATAL_FAILURE(cluster.StartCoordinator());
   ASSERT_NO_FATAL_FAILURE(cluster.StartWorkers(2));
-  v1::JobSpec spec = cluster.TinySpec(v1::ALGORITHM_GASLOC, 8, 2);
+  v1::JobSpec spec = cluster.TinySpec(v1::ALGORITHM_GASLOC, rounds, 2);
   const uint64_t job = cluster.StartJob(spec);
   const absl::Time give_up = absl::Now() + absl::Seconds(60);
   while (cluster.WorkerLog(0).find("round 1 done") == std::string::npos) {
@@ -182,11 +184,30 @@ TEST(ClusterTest, WorkerJoiningMidRunFetchesTheModelAndTrains) {
   const std::string log = cluster.WorkerLog(2);
   EXPECT_NE(log.find("joined with the model of worker"), std::string::npos)
       << log;
+}
+
+TEST(ClusterTest, WorkerJoiningMidRunFetchesTheModelAndTrains) {
+  Cluster cluster("join");
+  ASSERT_NO_FATAL_FAILURE(JoinMidRun(cluster, 8));
+  const std::string log = cluster.WorkerLog(2);
   const std::vector<double> bpb = LoggedValBpb(log);
   ASSERT_FALSE(bpb.empty()) << log;
   // It started from the members' trained model, far below the 8 bits per
   // byte of an untrained one.
   EXPECT_LT(bpb.front(), 7.0) << log;
+}
+
+// The same under mutual TLS: every worker presents its own certificate
+// (CN worker:worker<i>), so the coordinator binds ids to names and each
+// Peer service accepts chunks and FetchModel only from the scheduled
+// identity; the joiner still fetches the model and the job finishes.
+TEST(ClusterTest, WorkerJoiningUnderMutualTlsFetchesTheModelAndTrains) {
+  Cluster cluster("join-tls");
+  ASSERT_NO_FATAL_FAILURE(cluster.UseMutualTls(3));
+  ASSERT_NO_FATAL_FAILURE(JoinMidRun(cluster, 6));
+  for (int i = 0; i < 3; ++i)
+    EXPECT_EQ(cluster.WorkerLog(i).find("PERMISSION_DENIED"), std::string::npos)
+        << cluster.WorkerLog(i);
 }
 
 // A peer killed with SIGKILL around its exchange: the partner times out

@@ -37,7 +37,7 @@ class CoordinatorProcessTest : public ::testing::Test {
   void StartCoordinator() {
     auto child = Subprocess::Start(
         {BinaryPath("gasloc-coordinator"), absl::StrCat("--listen=", address_),
-         absl::StrCat("--db=", db_), "--lease_ms=5000"},
+         absl::StrCat("--db=", db_), "--lease_ms=5000", "--insecure"},
         absl::StrCat(dir_, "/coordinator_process.log"));
     ASSERT_TRUE(child.ok()) << child.status();
     coordinator_ = std::make_unique<Subprocess>(std::move(*child));
@@ -109,7 +109,8 @@ class CoordinatorProcessTest : public ::testing::Test {
   // Runs gaslocctl; returns (exit code, stdout).
   std::pair<int, std::string> Ctl(std::vector<std::string> args) {
     std::vector<std::string> argv = {BinaryPath("gaslocctl"),
-                                     absl::StrCat("--coordinator=", address_)};
+                                     absl::StrCat("--coordinator=", address_),
+                                     "--insecure"};
     argv.insert(argv.end(), args.begin(), args.end());
     const std::string err = absl::StrCat(dir_, "/gaslocctl.err");
     std::remove(err.c_str());
@@ -277,7 +278,7 @@ TEST_F(CoordinatorProcessTest, GaslocctlDrivesAJobToTheEnd) {
   // Watch the job in the background while the fake workers run it.
   std::vector<std::string> argv = {BinaryPath("gaslocctl"),
                                    absl::StrCat("--coordinator=", address_),
-                                   "job", "watch", "1"};
+                                   "--insecure", "job", "watch", "1"};
   auto watch = Subprocess::Start(argv, absl::StrCat(dir_, "/watch.err"));
   ASSERT_TRUE(watch.ok()) << watch.status();
   ASSERT_TRUE(watch->WaitForLine("job 1", absl::Seconds(10)).ok());

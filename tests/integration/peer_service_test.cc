@@ -21,6 +21,7 @@
 #include "server/peer_service.h"
 #include "server/server_runner.h"
 #include "tests/support/subprocess.h"
+#include "tests/support/test_auth.h"
 #include "worker/exchange/wire_codec.h"
 
 namespace gasloc {
@@ -32,15 +33,27 @@ constexpr size_t kArena = 50000;
 
 // One worker's networking: mailbox, Peer service on a loopback port, and
 // the gRPC transport.
+// `options` with the test's accept-everyone authenticator unless it sets
+// one.
+PeerServiceOptions WithInsecureAuth(PeerServiceOptions options) {
+  if (options.authenticator == nullptr) {
+    const PeerServiceOptions insecure = testing::InsecurePeerServiceOptions();
+    options.authenticator = insecure.authenticator;
+    options.roster = insecure.roster;
+  }
+  return options;
+}
+
 struct Node {
   explicit Node(uint64_t id, PeerServiceOptions service_options = {})
       : mailbox(Options(id)),
-        service(&mailbox, service_options),
+        service(&mailbox, WithInsecureAuth(std::move(service_options))),
         runner(ServerOptions{.listen_address = "127.0.0.1:0",
-                             .credentials = {},
+                             .credentials = testing::InsecureCredentials(),
                              .max_receive_message_bytes = 8 << 20}),
         transport(GrpcPeerTransportOptions{.mailbox = &mailbox,
-                                           .credentials = {},
+                                           .credentials =
+                                               testing::InsecureCredentials(),
                                            .max_message_bytes = 8 << 20}) {
     runner.AddService(&service);
     auto port = runner.Start();

@@ -1,7 +1,14 @@
-// The three binaries start, answer --help, and the coordinator serves the
+// The three binaries start, answer --help, refuse to run without
+// credentials unless --insecure is said, and the coordinator serves the
 // gRPC health check and exits cleanly on SIGTERM, as real processes.
 #include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
@@ -33,10 +40,50 @@ INSTANTIATE_TEST_SUITE_P(Binaries, HelpTest,
                          ::testing::Values("gasloc-coordinator",
                                            "gasloc-worker", "gaslocctl"));
 
+// Neither TLS, token files nor --insecure: a clear refusal naming the
+// flags, before any port is opened (docs/security.md).
+class NoCredentialsTest : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(NoCredentialsTest, RefusesToStartAndNamesTheFlags) {
+  const std::string name = GetParam();
+  const std::string dir = absl::StrCat(::testing::TempDir(), "/nocred-",
+                                       getpid(), "-", name);
+  const std::string err = absl::StrCat(dir, ".err");
+  std::remove(err.c_str());
+  std::vector<std::string> argv = {BinaryPath(name)};
+  if (name == "gasloc-coordinator") {
+    argv.push_back("--listen=127.0.0.1:0");
+    argv.push_back(absl::StrCat("--db=", dir, ".sqlite"));
+  } else if (name == "gasloc-worker") {
+    argv.push_back("--coordinator=127.0.0.1:1");
+    argv.push_back("--listen=127.0.0.1:0");
+  } else {
+    argv.push_back("--coordinator=127.0.0.1:1");
+    argv.push_back("job");
+    argv.push_back("list");
+  }
+  auto child = Subprocess::Start(argv, err);
+  ASSERT_TRUE(child.ok()) << child.status();
+  auto status = child->Wait(absl::Seconds(20));
+  ASSERT_TRUE(status.ok()) << status.status();
+  ASSERT_TRUE(WIFEXITED(*status));
+  EXPECT_NE(WEXITSTATUS(*status), 0);
+  std::stringstream text;
+  text << std::ifstream(err).rdbuf();
+  EXPECT_THAT(text.str(), HasSubstr("no credentials"));
+  EXPECT_THAT(text.str(), HasSubstr("--insecure"));
+  EXPECT_THAT(text.str(), HasSubstr("--tls_ca"));
+  std::remove(err.c_str());
+}
+
+INSTANTIATE_TEST_SUITE_P(Binaries, NoCredentialsTest,
+                         ::testing::Values("gasloc-coordinator",
+                                           "gasloc-worker", "gaslocctl"));
+
 TEST(CoordinatorProcess, ServesHealthAndExitsCleanlyOnSigterm) {
   const std::string db = absl::StrCat(::testing::TempDir(), "/health.sqlite");
   auto child = Subprocess::Start({BinaryPath("gasloc-coordinator"),
-                                  "--listen=127.0.0.1:0",
+                                  "--listen=127.0.0.1:0", "--insecure",
                                   absl::StrCat("--db=", db)});
   ASSERT_TRUE(child.ok()) << child.status();
   auto port = child->WaitForPort(absl::Seconds(20));

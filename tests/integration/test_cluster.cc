@@ -11,6 +11,8 @@
 #include "absl/strings/str_cat.h"
 #include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
+#include "server/credentials.h"
+#include "tests/support/test_auth.h"
 #include "tests/support/test_corpus.h"
 #include "worker/model/model.h"
 #include "worker/train/checkpoint.h"
@@ -37,21 +39,43 @@ Cluster::Cluster(const std::string& name)
   fs::create_directories(dir_);
 }
 
+void Cluster::UseMutualTls(int workers) {
+  certs_ = absl::StrCat(dir_, "/certs");
+  ASSERT_TRUE(MakeTestCerts(certs_, workers).ok());
+}
+
+std::vector<std::string> Cluster::CredentialFlags(const std::string& who) const {
+  if (certs_.empty()) return {"--insecure"};
+  return {absl::StrCat("--tls_cert=", certs_, "/", who, ".pem"),
+          absl::StrCat("--tls_key=", certs_, "/", who, ".key"),
+          absl::StrCat("--tls_ca=", certs_, "/ca.pem")};
+}
+
 void Cluster::StartCoordinator(int metrics_port) {
   coordinator_metrics_port_ = metrics_port;
-  auto child = Subprocess::Start(
-      {BinaryPath("gasloc-coordinator"),
-       absl::StrCat("--listen=", address_.empty() ? "127.0.0.1:0" : address_),
-       absl::StrCat("--db=", dir_, "/coordinator.sqlite"), "--lease_ms=3000",
-       absl::StrCat("--metrics_port=", metrics_port)},
-      absl::StrCat(dir_, "/coordinator.log"));
+  std::vector<std::string> argv = {
+      BinaryPath("gasloc-coordinator"),
+      absl::StrCat("--listen=", address_.empty() ? "127.0.0.1:0" : address_),
+      absl::StrCat("--db=", dir_, "/coordinator.sqlite"), "--lease_ms=3000",
+      absl::StrCat("--metrics_port=", metrics_port)};
+  for (std::string& flag : CredentialFlags("coordinator"))
+    argv.push_back(std::move(flag));
+  auto child = Subprocess::Start(argv, absl::StrCat(dir_, "/coordinator.log"));
   ASSERT_TRUE(child.ok()) << child.status();
   auto port = child->WaitForPort(absl::Seconds(20));
   ASSERT_TRUE(port.ok()) << port.status();
   address_ = absl::StrCat("127.0.0.1:", *port);
   coordinator_ = std::make_unique<Subprocess>(std::move(*child));
-  stub_ = v1::Coordinator::NewStub(
-      grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()));
+  CredentialsOptions operator_credentials = InsecureCredentials();
+  if (!certs_.empty()) {
+    operator_credentials.insecure = false;
+    operator_credentials.tls_cert_file = absl::StrCat(certs_, "/operator.pem");
+    operator_credentials.tls_key_file = absl::StrCat(certs_, "/operator.key");
+    operator_credentials.tls_ca_file = absl::StrCat(certs_, "/ca.pem");
+  }
+  auto channel = MakeChannel(address_, operator_credentials);
+  ASSERT_TRUE(channel.ok()) << channel.status();
+  stub_ = v1::Coordinator::NewStub(*channel);
 }
 
 void Cluster::RestartCoordinator(bool delete_database) {
@@ -74,6 +98,9 @@ void Cluster::StartWorkers(int n, const std::vector<int>& metrics_ports,
         absl::StrCat("--data_dir=", dir_, "/worker", workers_.size()),
         // The specs' checkpoint directory is <dir>/ckpt, shared.
         absl::StrCat("--checkpoint_root=", dir_)};
+    for (std::string& flag :
+         CredentialFlags(absl::StrCat("worker", workers_.size() + 1)))
+      argv.push_back(std::move(flag));
     argv.insert(argv.end(), extra_args.begin(), extra_args.end());
     if (i < static_cast<int>(metrics_ports.size()) && metrics_ports[i] != 0)
       argv.push_back(absl::StrCat("--metrics_port=", metrics_ports[i]));

@@ -1,8 +1,10 @@
 // A gasloc cluster of real processes on loopback for integration tests: one
 // gasloc-coordinator and any number of gasloc-worker daemons, each with
 // its log in a fresh directory, optional /metrics ports, a tiny job spec,
-// and helpers to start, watch and stop jobs. The destructor (through
-// Subprocess) kills whatever is still running.
+// and helpers to start, watch and stop jobs. The daemons run --insecure,
+// or with mutual TLS after UseMutualTls() (a test CA, one certificate per
+// worker: identities bound to worker ids, docs/security.md). The
+// destructor (through Subprocess) kills whatever is still running.
 //
 // Thread safety: one test thread.
 #ifndef GASLOC_TESTS_INTEGRATION_TEST_CLUSTER_H_
@@ -27,6 +29,10 @@ class Cluster {
  public:
   explicit Cluster(const std::string& name);
 
+  // Before StartCoordinator: mutual TLS with certificates made by
+  // scripts/make_test_certs.sh for up to `workers` workers; the stub is
+  // the operator.
+  void UseMutualTls(int workers);
   // `metrics_port` != 0 gives the coordinator a /metrics endpoint.
   void StartCoordinator(int metrics_port = 0);
   // SIGKILLs the coordinator and starts it again on the same address;
@@ -69,7 +75,12 @@ class Cluster {
   void StopAll();
 
  private:
+  // The credentials flags of the coordinator ("coordinator"), the
+  // operator ("operator") or worker i ("worker<i+1>").
+  std::vector<std::string> CredentialFlags(const std::string& who) const;
+
   std::string dir_;
+  std::string certs_;  // empty = --insecure
   std::string address_;
   int coordinator_metrics_port_ = 0;
   std::unique_ptr<Subprocess> coordinator_;

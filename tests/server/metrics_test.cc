@@ -23,6 +23,7 @@
 #include "tests/support/exposition.h"
 #include "tests/support/http_get.h"
 #include "tests/support/subprocess.h"
+#include "tests/support/test_auth.h"
 #include "worker/round/worker_metrics.h"
 
 namespace gasloc::testing {
@@ -229,6 +230,7 @@ class CoordinatorMetricsTest : public ::testing::Test {
     coord_ = std::move(*c);
     CoordinatorServiceOptions service_options;
     service_options.metrics = &metrics_;
+    service_options.authenticator = &testing::InsecureAuthenticator();
     service_ = std::make_unique<CoordinatorService>(coord_.get(), service_options);
   }
 

@@ -3,7 +3,8 @@
 
     PYTHONPATH=deploy/python:build/release/python \\
       python3 deploy/python/examples/train_tiny.py --coordinator HOST:7070 \\
-      --corpus /usr/share/common-licenses --workers 2 --rounds 10
+      --corpus /usr/share/common-licenses --workers 2 --rounds 10 \\
+      [--token-file FILE] [--tls-ca PEM --tls-cert PEM --tls-key PEM]
 
 The corpus path (a text file or a folder of them) and the checkpoint folder
 are read and written by the workers, so they must exist on the workers'
@@ -46,9 +47,28 @@ def main():
                         help="compute threads per worker (0 = each worker's "
                              "--threads, in Kubernetes its CPU request)")
     parser.add_argument("--name", default="python-tiny")
+    parser.add_argument("--token-file",
+                        help="operator bearer token (first token of the file)")
+    parser.add_argument("--tls-ca", help="PEM root of the coordinator")
+    parser.add_argument("--tls-cert", help="PEM operator certificate")
+    parser.add_argument("--tls-key", help="PEM key of --tls-cert")
     args = parser.parse_args()
 
-    with Client(args.coordinator) as client:
+    def read(path):
+        if path is None:
+            return None
+        with open(path, "rb") as f:
+            return f.read()
+
+    token = None
+    if args.token_file:
+        with open(args.token_file, encoding="utf-8") as f:
+            token = next(line.split()[0] for line in f
+                         if line.strip() and not line.startswith("#"))
+    with Client(args.coordinator, token=token,
+                root_certificates=read(args.tls_ca),
+                private_key=read(args.tls_key),
+                certificate_chain=read(args.tls_cert)) as client:
         job = client.start_job(tiny_spec(args))
         print(f"started job {job.job_id} ({state_name(job.state)})", flush=True)
         try:

@@ -78,13 +78,16 @@ class Client:
     timeout: deadline of each unary call in seconds (watch() has none).
     root_certificates, private_key, certificate_chain: PEM bytes for TLS (as
     gaslocctl's --tls_ca, --tls_key, --tls_cert); none = plaintext.
+    token: the operator's bearer token (as gaslocctl's --token_file), sent
+    as "authorization: Bearer <token>" on every call; docs/security.md.
     """
 
     def __init__(self, address="localhost:7070", *, timeout=10.0,
                  root_certificates=None, private_key=None,
-                 certificate_chain=None):
+                 certificate_chain=None, token=None):
         self.address = address
         self.timeout = timeout
+        self._metadata = (("authorization", "Bearer " + token),) if token else None
         if root_certificates is not None:
             credentials = grpc.ssl_channel_credentials(
                 root_certificates=root_certificates, private_key=private_key,
@@ -109,28 +112,33 @@ class Client:
         """Validates and stores a job; returns its JobStatus (PENDING until
         min_workers idle workers exist). `spec`: see to_job_spec()."""
         request = coordinator_pb2.StartJobRequest(spec=to_job_spec(spec))
-        return self._stub.StartJob(request, timeout=self.timeout).job
+        return self._stub.StartJob(request, timeout=self.timeout,
+                                   metadata=self._metadata).job
 
     def get_job(self, job_id):
         request = coordinator_pb2.GetJobRequest(job_id=job_id)
-        return self._stub.GetJob(request, timeout=self.timeout).job
+        return self._stub.GetJob(request, timeout=self.timeout,
+                                 metadata=self._metadata).job
 
     def list_jobs(self):
         """Every job the coordinator knows, as JobStatus messages."""
         request = coordinator_pb2.ListJobsRequest()
-        return list(self._stub.ListJobs(request, timeout=self.timeout).jobs)
+        return list(self._stub.ListJobs(request, timeout=self.timeout,
+                                        metadata=self._metadata).jobs)
 
     def stop_job(self, job_id, reason="stopped from the Python client"):
         """PENDING or RUNNING -> STOPPED; FAILED_PRECONDITION if it ended."""
         request = coordinator_pb2.StopJobRequest(job_id=job_id, reason=reason)
-        return self._stub.StopJob(request, timeout=self.timeout).job
+        return self._stub.StopJob(request, timeout=self.timeout,
+                                  metadata=self._metadata).job
 
     def watch(self, job_id):
         """Yields the job's JobEvents: a SNAPSHOT first, then STATE, ROUND,
         MEMBERSHIP, BUDGET and PROGRESS events as they happen. Ends after
         the event that ends the job. Closing the generator (break, del, or
         leaving a `with closing(...)`) cancels the stream."""
-        call = self._stub.WatchJob(coordinator_pb2.WatchJobRequest(job_id=job_id))
+        call = self._stub.WatchJob(coordinator_pb2.WatchJobRequest(job_id=job_id),
+                                   metadata=self._metadata)
         try:
             for event in call:
                 yield event
@@ -156,7 +164,8 @@ class Client:
         departed ones); job_id: only the members of that job's current
         epoch (JobStatus.worker_ids), also after the job ended."""
         request = coordinator_pb2.ListWorkersRequest(include_gone=include_gone)
-        workers = list(self._stub.ListWorkers(request, timeout=self.timeout).workers)
+        workers = list(self._stub.ListWorkers(request, timeout=self.timeout,
+                                              metadata=self._metadata).workers)
         if job_id is not None:
             members = set(self.get_job(job_id).worker_ids)
             workers = [w for w in workers if w.worker_id in members]
