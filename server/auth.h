@@ -5,8 +5,8 @@
 // the role the RPC needs.
 //
 //   role       may call                                     identities
-//   operator   StartJob StopJob GetJob ListJobs WatchJob     CN "operator" or
-//              ListWorkers                                  "operator:<name>"
+//   operator   StartJob StopJob ResumeJob GetJob ListJobs    CN "operator" or
+//              WatchJob ListWorkers                         "operator:<name>"
 //   worker     RegisterWorker Heartbeat LeaveWorker          CN "worker:<name>"
 //              GetAssignment ReportRound
 //   peer       Exchange FetchModel Ping                      CN "worker:<name>"

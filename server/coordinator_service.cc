@@ -118,8 +118,10 @@ grpc::Status CoordinatorService::StopJob(grpc::ServerContext* context,
 }
 
 grpc::Status CoordinatorService::ResumeJob(
-    grpc::ServerContext*, const v1::ResumeJobRequest* request,
+    grpc::ServerContext* context, const v1::ResumeJobRequest* request,
     v1::ResumeJobResponse* response) {
+  auto caller = Authorize(context, Role::kOperator, "ResumeJob");
+  if (!caller.ok()) return Counted("ResumeJob", ToGrpcStatus(caller.status()));
   return Counted(
       "ResumeJob",
       Unwrap(coordinator_->ResumeJob(request->job_id(), request->reason()),

@@ -60,6 +60,7 @@ const std::map<std::string, Role>& RoleTable() {
       {"/gasloc.v1.Coordinator/GetJob", Role::kOperator},
       {"/gasloc.v1.Coordinator/ListJobs", Role::kOperator},
       {"/gasloc.v1.Coordinator/StopJob", Role::kOperator},
+      {"/gasloc.v1.Coordinator/ResumeJob", Role::kOperator},
       {"/gasloc.v1.Coordinator/WatchJob", Role::kOperator},
       {"/gasloc.v1.Peer/Exchange", Role::kPeer},
       {"/gasloc.v1.Peer/FetchModel", Role::kPeer},
