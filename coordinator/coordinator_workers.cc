@@ -185,6 +185,15 @@ absl::StatusOr<v1::HeartbeatResponse> Coordinator::Heartbeat(
 absl::StatusOr<v1::HeartbeatResponse> Coordinator::HeartbeatLocked(
     const v1::HeartbeatRequest& request, absl::Time now) {
   ASSIGN_OR_RETURN(WorkerRec * w, membership_.Live(request.worker_id()));
+  // An id this coordinator gave to another worker: the sender's id is from
+  // a database that was lost; it must register anew.
+  const std::string& registered_name = w->stored.info.name();
+  if (!request.name().empty() && !registered_name.empty() &&
+      request.name() != registered_name)
+    return absl::NotFoundError(absl::StrCat(
+        "worker ", request.worker_id(), " is registered as \"",
+        registered_name, "\", not \"", request.name(),
+        "\" (an id from a lost database): register again"));
   membership_.Renew(*w, now);
   w->progress = request.progress();
   v1::HeartbeatResponse response;

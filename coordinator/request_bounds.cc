@@ -58,6 +58,7 @@ absl::Status CheckRequestBounds(const v1::RegisterWorkerRequest& request) {
   RETURN_IF_ERROR(MaxBytes("info.address", info.address(), kMaxAddressBytes));
   RETURN_IF_ERROR(
       MaxBytes("info.hostname", info.hostname(), kMaxAddressBytes));
+  RETURN_IF_ERROR(MaxBytes("info.name", info.name(), kMaxAddressBytes));
   RETURN_IF_ERROR(MaxBytes("info.software_version", info.software_version(),
                            kMaxVersionBytes));
   RETURN_IF_ERROR(AtMost("info.metrics_port", info.metrics_port(), 65535));
@@ -65,6 +66,7 @@ absl::Status CheckRequestBounds(const v1::RegisterWorkerRequest& request) {
 }
 
 absl::Status CheckRequestBounds(const v1::HeartbeatRequest& request) {
+  RETURN_IF_ERROR(MaxBytes("name", request.name(), kMaxAddressBytes));
   return CheckProgress(request.progress());
 }
 

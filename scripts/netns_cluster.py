@@ -35,6 +35,10 @@ BASE_PREFIX = "gl-"
 LOCK_FILE = "/run/gasloc-netns.lock"
 COORDINATOR_PORT, WORKER_PORT = 7070, 7071
 COORDINATOR_METRICS, WORKER_METRICS = 9464, 9465
+# Every process runs without authentication (--insecure): the harness's
+# traffic stays on the private bridge between the namespaces it created,
+# and what a scenario measures is the links, not TLS (docs/heterogeneity.md).
+INSECURE = ("--insecure",)
 # --algorithm -> (Algorithm, BudgetPolicy or None for the default).
 ALGORITHMS = {
     "gasloc": ("ALGORITHM_GASLOC", "BUDGET_POLICY_ADAPTIVE"),
@@ -158,7 +162,7 @@ class Run:
             os.path.join(self.bin, "gasloc-coordinator"),
             f"--listen={self.coordinator}",
             f"--db={os.path.join(self.out, 'coordinator.sqlite')}",
-            f"--metrics_port={COORDINATOR_METRICS}"])
+            f"--metrics_port={COORDINATOR_METRICS}", *INSECURE])
         self.wait_listening("coordinator")
 
     def start_worker(self, w):
@@ -171,13 +175,15 @@ class Run:
             f"--coordinator={self.coordinator}",
             f"--listen={ip}:{WORKER_PORT}", f"--advertise={ip}:{WORKER_PORT}",
             f"--threads={self.sc.threads}", f"--data_dir={data_dir}",
-            f"--metrics_port={WORKER_METRICS}"], self.cgroups.get(w.index))
+            f"--metrics_port={WORKER_METRICS}", *INSECURE],
+            self.cgroups.get(w.index))
         return name
 
     def ctl(self, *argv):
         done = subprocess.run(
             [os.path.join(self.bin, "gaslocctl"),
-             f"--coordinator={self.coordinator}", "--output=json", *argv],
+             f"--coordinator={self.coordinator}", "--output=json", *INSECURE,
+             *argv],
             capture_output=True, text=True, env=child_env(), check=False)
         if done.returncode != 0:
             raise HarnessError(f"gaslocctl {' '.join(argv)}: "

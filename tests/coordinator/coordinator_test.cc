@@ -171,6 +171,29 @@ TEST_F(CoordinatorTest, RegisterHeartbeatAndLeaseExpiry) {
   EXPECT_EQ(all.workers(1).state(), v1::WORKER_STATE_DEAD);
 }
 
+// After the coordinator lost its database it numbers workers from 1 again:
+// a worker still holding an old id that now belongs to another worker must
+// not be taken for it (it would never register anew and never take work).
+TEST_F(CoordinatorTest, HeartbeatUnderAnotherWorkersNameIsNotFound) {
+  v1::RegisterWorkerRequest request;
+  request.mutable_info()->set_address("10.0.0.7:7000");
+  request.mutable_info()->set_cores(2);
+  request.mutable_info()->set_name("w-new");
+  auto registered = coord_->RegisterWorker(request);
+  ASSERT_TRUE(registered.ok()) << registered.status();
+  v1::HeartbeatRequest beat;
+  beat.set_worker_id(registered->worker_id());
+  beat.set_name("w-new");
+  EXPECT_TRUE(coord_->Heartbeat(beat).ok());
+  beat.set_name("w-old");  // the id's holder before the database was lost
+  auto stale = coord_->Heartbeat(beat);
+  ASSERT_FALSE(stale.ok());
+  EXPECT_EQ(stale.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(stale.status().message(), HasSubstr("register again"));
+  beat.clear_name();  // a worker without a stable name is not checked
+  EXPECT_TRUE(coord_->Heartbeat(beat).ok());
+}
+
 TEST_F(CoordinatorTest, LeaveRemovesAtOnce) {
   const uint64_t a = Register();
   v1::LeaveWorkerRequest leave;

@@ -67,7 +67,7 @@ class BoundsTest : public ::testing::Test {
   std::pair<int, std::string> Ctl(const std::vector<std::string>& args) {
     const std::string out = cluster_.dir() + "/ctl.txt";
     fs::remove(out);
-    std::vector<std::string> argv = {BinaryPath("gaslocctl"),
+    std::vector<std::string> argv = {BinaryPath("gaslocctl"), "--insecure",
                                      "--coordinator=" + cluster_.address()};
     argv.insert(argv.end(), args.begin(), args.end());
     auto child = Subprocess::Start(argv, out);

@@ -230,7 +230,7 @@ TEST(WholeClusterRestart, ANewerPartialCheckpointIsNotLoaded) {
 std::pair<int, std::string> Ctl(Cluster& cluster, const std::string& args) {
   const std::string out = absl::StrCat(cluster.dir(), "/gaslocctl.out");
   const int status = std::system(
-      absl::StrCat(BinaryPath("gaslocctl"), " --coordinator=",
+      absl::StrCat(BinaryPath("gaslocctl"), " --insecure --coordinator=",
                    cluster.address(), " ", args, " > ", out, " 2>&1")
           .c_str());
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, ReadFile(out)};

@@ -66,7 +66,9 @@ bool WorkerDaemon::WaitForShutdown(absl::Duration d) {
 
 absl::StatusOr<uint64_t> WorkerDaemon::Register() {
   while (!stopping_) {
-    auto response = coordinator_->Register(options_.info);
+    v1::WorkerInfo info = options_.info;
+    if (info.name().empty()) info.set_name(options_.name);
+    auto response = coordinator_->Register(info);
     if (response.ok()) {
       if (identity_listener_) identity_listener_(response->worker_id());
       worker_id_ = response->worker_id();
@@ -134,6 +136,7 @@ absl::Duration WorkerDaemon::HeartbeatOnce() {
   constexpr absl::Duration kRetry = absl::Seconds(1);
   v1::HeartbeatRequest request;
   request.set_worker_id(worker_id_.load());
+  request.set_name(options_.name);
   {
     absl::MutexLock lock(&mu_);
     *request.mutable_progress() = progress_;
