@@ -27,5 +27,7 @@ ctest --preset "$preset" -L integration "${ctest_args[@]}"
 if [ "$sanitizers" = true ]; then
   echo "test.sh: unit tests under AddressSanitizer + UBSan (preset asan)"
   bash scripts/build.sh asan
-  ctest --preset asan -j "$(nproc)" -LE integration "${ctest_args[@]}"
+  # Third-party leaks that live until exit (tests/support/lsan.supp says why).
+  LSAN_OPTIONS="suppressions=$PWD/tests/support/lsan.supp" \
+    ctest --preset asan -j "$(nproc)" -LE integration "${ctest_args[@]}"
 fi
