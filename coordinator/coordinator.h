@@ -300,6 +300,10 @@ class Coordinator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // ---------------------------------------- rounds (coordinator_rounds.cc)
+  // Raises each sampled peer's link estimate to the report's sample of it
+  // where the sample is faster (a sample is a lower bound on both links).
+  void RaisePeerLinks(JobRec& job, const v1::ReportRoundRequest& request)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records a member's replica report of `round`; once every member of the
   // round's epoch reported, decides (replica_check.h) and counts, logs and
   // records as an event the replicas apart from the majority.

@@ -535,6 +535,7 @@ absl::Status Coordinator::ApplyReport(const v1::ReportRoundRequest& request,
   m.bytes_per_second = UpdateLinkEstimate(m.bytes_per_second, samples,
                                           options_.ema_weight,
                                           kMaxEstimateFactor);
+  RaisePeerLinks(job, request);
   const double round_seconds =
       request.compute_seconds() + request.exchange_seconds();
   m.wait_fraction =
@@ -576,6 +577,24 @@ absl::Status Coordinator::ApplyReport(const v1::ReportRoundRequest& request,
   SaveJob(job);
   TickLocked(now);
   return absl::OkStatus();
+}
+
+void Coordinator::RaisePeerLinks(JobRec& job,
+                                 const v1::ReportRoundRequest& request) {
+  // A sample is min(b_i, b_j): a lower bound on the sender's link too. Of
+  // a pair only the end that reached the exchange first measures (the
+  // other's bytes were buffered before it registered), so without this
+  // the later end's estimate would learn nothing from the edge.
+  for (const v1::LinkSample& sample : request.link_samples()) {
+    if (sample.peer_id() == request.worker_id()) continue;
+    auto peer = job.members.find(sample.peer_id());
+    if (peer == job.members.end()) continue;
+    const double rate =
+        LinkBytesPerSecond(0, sample.bytes(), sample.wire_seconds());
+    if (!(rate > peer->second.bytes_per_second)) continue;
+    peer->second.bytes_per_second = rate;
+    SaveMember(peer->second);
+  }
 }
 
 void Coordinator::NoteReplica(JobRec& job, uint64_t round,

@@ -88,15 +88,17 @@ double UpdateLinkEstimate(double current,
       best = &s;
   if (best == nullptr) return current;
   const double rate = best->bytes_per_second;
+  // A sample is min(b_i, b_j): a lower bound on b_i, taken at once (the
+  // worker no longer measures receives whose bytes were buffered while it
+  // was late, the one way a sample read faster than the link).
+  if (rate >= current) return rate;
   const bool explained_by_peer =
       best->peer_estimate > 0 && best->peer_estimate <= rate * kExplainedBy;
-  if (explained_by_peer && current > 0) {
-    // Only a lower bound on b_i: raise toward it (by at most max_factor:
-    // bytes buffered while this worker was late can look faster than the
-    // link), never lower.
-    return rate > current ? BoundedEma(current, rate, 1.0, max_factor)
-                          : current;
-  }
+  // Below the estimate and the peer's own link explains it: says nothing
+  // about ours.
+  if (explained_by_peer) return current;
+  // Below the estimate and the peer is faster: our own link is slow (EMA,
+  // by at most max_factor per report).
   return BoundedEma(current, rate, ema_weight, max_factor);
 }
 

@@ -17,14 +17,15 @@
 //
 // Link samples: a receive from peer j measured over its wire time alone
 // crosses both links, so it is min(b_i, b_j) (roughly), not b_i. The best
-// sample of a round is a lower bound on b_i; it is taken as b_i's own
-// measure (EMA) unless the peer's own estimate already explains it (the
-// peer is at most kExplainedBy times faster), in which case it is only a
-// lower bound and can only raise b_i. Every move changes the estimate by
-// at most a factor `max_factor` per report, so one odd measurement (bytes
-// buffered while the receiver was late look faster than the link) cannot
-// swing the budgets (the oscillation guard on the inputs; the dead band on
-// H_i is in budget.h).
+// sample of a report is a lower bound on b_i: above the estimate it is
+// taken at once (a worker first paired with a slow peer is not held at
+// that peer's rate for rounds). Below the estimate it lowers b_i only when
+// the peer's own estimate cannot explain it (the peer is more than
+// kExplainedBy times faster), and then by an EMA that moves at most a
+// factor `max_factor` per report (the oscillation guard on the inputs; the
+// dead band on H_i is in budget.h). Receives whose bytes were buffered
+// while the receiver was late are not measured by the worker at all
+// (worker/exchange/mailbox.cc), so no sample reads faster than the link.
 //
 // Thread safety: pure functions; safe from any thread.
 #ifndef GASLOC_COORDINATOR_LINK_MODEL_H_

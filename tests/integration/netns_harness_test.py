@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""ctest netns_harness_test: the namespace harness on a 3-worker cluster.
+"""ctest netns_harness_test: the namespace harness on a 4-worker cluster.
 
 1. One link 10x slower, 12 GASLoC rounds: the slow-link worker gets a
    smaller H than the others (mean over the rounds after the first two),

@@ -24,6 +24,12 @@ struct Mailbox::Transfer {
   absl::Time first_chunk = absl::InfinitePast();
   uint64_t first_chunk_bytes = 0;
   bool bound = false;        // a stream delivers to it
+  // The stream's first chunk came before the registration and waited for
+  // it: the sender's bytes piled up in the socket and HTTP/2 buffers
+  // meanwhile and are then taken in at memory speed, so first chunk to
+  // commit says nothing about the link (it would read as a link many times
+  // faster: 52 MB/s for a 1 MB/s one was seen in the netns harness).
+  bool receiver_was_late = false;
   bool busy = false;         // a chunk is being validated / decoded
 
   std::string Describe() const {
@@ -38,10 +44,13 @@ namespace {
 // The seconds a committed receive's bytes were moving: first chunk taken in
 // to commit covers every chunk but the first, so it is scaled by
 // bytes / (bytes - first chunk's bytes). 0 when not measurable (one chunk
-// only: its own transfer time is not seen).
+// only: its own transfer time is not seen; or the receiver was late, so
+// the bytes were buffered before it took them in).
 double WireSeconds(absl::Time first_chunk, absl::Time committed,
-                   uint64_t bytes, uint64_t first_chunk_bytes) {
-  if (bytes <= first_chunk_bytes || first_chunk == absl::InfinitePast())
+                   uint64_t bytes, uint64_t first_chunk_bytes,
+                   bool receiver_was_late) {
+  if (receiver_was_late || bytes <= first_chunk_bytes ||
+      first_chunk == absl::InfinitePast())
     return 0;
   return absl::ToDoubleSeconds(committed - first_chunk) *
          static_cast<double>(bytes) /
@@ -147,7 +156,8 @@ TransferOutcome Mailbox::Await(const TransferKey& key, uint64_t peer_id) {
   outcome.seconds = absl::ToDoubleSeconds(t->ended - t->started);
   if (t->state == Transfer::State::kCommitted)
     outcome.wire_seconds =
-        WireSeconds(t->first_chunk, t->ended, t->bytes, t->first_chunk_bytes);
+        WireSeconds(t->first_chunk, t->ended, t->bytes, t->first_chunk_bytes,
+                    t->receiver_was_late);
   return outcome;
 }
 
@@ -245,6 +255,7 @@ absl::StatusOr<std::shared_ptr<Mailbox::Transfer>> Mailbox::Bind(
   const absl::Time give_up =
       std::min(deadline, clock().Now() + options_.early_chunk_wait);
   absl::MutexLock lock(&mu_);
+  bool waited = false;
   while (true) {
     if (shut_down_) return ShuttingDown();
     auto it = transfers_.find(k);
@@ -254,8 +265,10 @@ absl::StatusOr<std::shared_ptr<Mailbox::Transfer>> Mailbox::Bind(
         return absl::FailedPreconditionError(absl::StrCat(
             t.Describe(), ": another stream already delivers it"));
       t.bound = true;
+      t.receiver_was_late = waited;
       return it->second;
     }
+    waited = true;
     const bool final_check = clock().Now() >= give_up;
     absl::Status why = UnexpectedLocked(h, final_check);
     if (!why.ok()) return why;

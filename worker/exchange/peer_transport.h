@@ -64,7 +64,9 @@ struct TransferOutcome {
   // Seconds the bytes were moving (receives: from the first chunk taken in
   // to the commit, scaled up by the first chunk's share of the bytes; the
   // wait for the peer to arrive or to send is not in it). 0 = not measured
-  // (a send, a failed receive, or a single-chunk transfer).
+  // (a send, a failed receive, a single-chunk transfer, or a receive whose
+  // first chunk came before it was registered: those bytes sat in buffers
+  // and were taken in faster than the link carries them).
   double wire_seconds = 0;
 };
 

@@ -57,14 +57,21 @@ RingAllReduceResult RingAllReduceMean(PeerTransport& transport,
   std::vector<double> step_seconds;
   step_seconds.reserve(2 * (n - 1));
   result.predecessor_id = prev.worker_id;
-  bool wire_measured = true;
-  // Wire time is reported only when every step's receive measured it.
+  // Wire time: the measured steps' receives, scaled up to every step's
+  // bytes (a step whose receive was not measured, because this worker
+  // registered it after the predecessor began sending, moved its bytes at
+  // the same link rate).
+  uint64_t measured_bytes = 0;
   auto finish = [&] {
     result.seconds = absl::ToDoubleSeconds(clock.Now() - start);
     result.wait_seconds = RingWaitSeconds(step_seconds);
+    const double scaled =
+        measured_bytes == 0
+            ? 0
+            : result.wire_seconds * static_cast<double>(result.bytes_received) /
+                  static_cast<double>(measured_bytes);
     // The first-chunk scaling is an estimate: never more than the total.
-    result.wire_seconds =
-        wire_measured ? std::min(result.wire_seconds, result.seconds) : 0;
+    result.wire_seconds = std::min(scaled, result.seconds);
   };
 
   auto run_step = [&](v1::ExchangePhase phase, int step, int send_segment,
@@ -92,8 +99,10 @@ RingAllReduceResult RingAllReduceMean(PeerTransport& transport,
         (outcome.incoming ? result.bytes_received : result.bytes_sent) +=
             outcome.bytes;
         if (outcome.incoming) {
-          result.wire_seconds += outcome.wire_seconds;
-          wire_measured = wire_measured && outcome.wire_seconds > 0;
+          if (outcome.wire_seconds > 0) {
+            result.wire_seconds += outcome.wire_seconds;
+            measured_bytes += outcome.bytes;
+          }
         }
         continue;
       }

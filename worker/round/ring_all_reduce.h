@@ -40,9 +40,10 @@ struct RingAllReduceResult {
   // first also waits for the predecessor to reach the exchange). 0 with
   // fewer than two steps.
   double wait_seconds = 0;
-  // Seconds the received bytes were moving, summed over the steps (each
-  // step's receive from the predecessor: TransferOutcome::wire_seconds);
-  // 0 when a step's receive had no measurement (single-chunk segments).
+  // Seconds the received bytes were moving: the measured steps' receive
+  // wire times (TransferOutcome::wire_seconds) summed and scaled up to all
+  // the bytes received; 0 when no step's receive was measured (single-chunk
+  // segments, or this worker late to register every step).
   double wire_seconds = 0;
   // The predecessor, whose link (with ours) every receive crossed.
   uint64_t predecessor_id = 0;

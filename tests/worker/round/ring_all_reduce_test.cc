@@ -70,6 +70,9 @@ TEST(RingAllReduce, EarlyWorkerCountsItsWaitForThePeer) {
 // The wire time of a ring all-reduce is the sum of its steps' receive
 // wire times (bytes from the predecessor moving), which the round report
 // turns into a link sample of the predecessor (algorithms.md section 5).
+// A receive registered after the predecessor began sending is not measured
+// (its bytes were buffered), but in every step the member that registered
+// first measured its receive, so at least one of the two has a wire time.
 TEST(RingAllReduce, ReportsWireTimeFromThePredecessor) {
   const size_t size = 8192;  // segments of 16 KB: 4 chunks each
   InProcessNetwork network;
@@ -91,8 +94,9 @@ TEST(RingAllReduce, ReportsWireTimeFromThePredecessor) {
   ASSERT_TRUE(r2.status.ok()) << r2.status;
   EXPECT_EQ(r1.predecessor_id, 2u);
   EXPECT_EQ(r2.predecessor_id, 1u);
+  EXPECT_GT(r1.wire_seconds + r2.wire_seconds, 0);
   for (const RingAllReduceResult* r : {&r1, &r2}) {
-    EXPECT_GT(r->wire_seconds, 0);
+    EXPECT_GE(r->wire_seconds, 0);
     EXPECT_LE(r->wire_seconds, r->seconds);
   }
 }

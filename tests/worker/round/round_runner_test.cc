@@ -128,7 +128,9 @@ TEST(RoundRunner, GossipPairMovesTheWorkersTogether) {
 // The report carries the wire time (bytes moving) beside the whole
 // exchange time, one link sample per peer, and waiting = the rest
 // (algorithms.md section 5). A model of 4 chunks, so the receive's wire
-// time is measured.
+// time is measured by the worker that registered its receive first (the
+// other one's bytes may have been buffered before it registered: then it
+// reports no wire time and no sample, never a made-up one).
 TEST(RoundRunner, GossipReportsWireTimeAndALinkSamplePerPeer) {
   InProcessNetwork network;
   const v1::JobSpec spec = Spec(v1::ALGORITHM_GASLOC);  // 4096-byte chunks
@@ -141,9 +143,15 @@ TEST(RoundRunner, GossipReportsWireTimeAndALinkSamplePerPeer) {
       [&] { b = r2.RunRound(GossipAssignment(0, 2, {1}, 0.5f, 2)); });
   a = r1.RunRound(GossipAssignment(0, 1, {2}, 0.5f, 2));
   other.join();
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_GT(a->link_samples_size() + b->link_samples_size(), 0);
   for (const auto* r : {&a, &b}) {
-    ASSERT_TRUE(r->ok()) << r->status();
     const v1::ReportRoundRequest& rep = **r;
+    if (rep.link_samples_size() == 0) {
+      EXPECT_EQ(rep.wire_seconds(), 0);
+      continue;
+    }
     EXPECT_GT(rep.wire_seconds(), 0);
     EXPECT_LE(rep.wire_seconds(), rep.exchange_seconds());
     EXPECT_NEAR(rep.wait_seconds(), rep.exchange_seconds() - rep.wire_seconds(),
@@ -155,8 +163,12 @@ TEST(RoundRunner, GossipReportsWireTimeAndALinkSamplePerPeer) {
     EXPECT_GT(rep.link_samples(0).bytes(), 4096u) << "more than one chunk";
     EXPECT_DOUBLE_EQ(rep.link_samples(0).wire_seconds(), rep.wire_seconds());
   }
-  EXPECT_EQ(a->link_samples(0).peer_id(), 2u);
-  EXPECT_EQ(b->link_samples(0).peer_id(), 1u);
+  if (a->link_samples_size() > 0) {
+    EXPECT_EQ(a->link_samples(0).peer_id(), 2u);
+  }
+  if (b->link_samples_size() > 0) {
+    EXPECT_EQ(b->link_samples(0).peer_id(), 1u);
+  }
 }
 
 // Metrics see every inner step while the round runs: one TRAINING progress
