@@ -22,7 +22,12 @@ TEST(Crc32c, KnownVectors) {
 
 TEST(Crc32c, FastPathMatchesReferenceAndExtends) {
   std::mt19937 rng(7);
-  for (size_t size : {0u, 1u, 7u, 8u, 9u, 63u, 1000u, 4099u}) {
+  // Sizes around and beyond the three-stream blocks (kCrc32cParallelBytes)
+  // and their remainders.
+  const size_t block = kCrc32cParallelBytes;
+  for (size_t size : {size_t{0}, size_t{1}, size_t{7}, size_t{8}, size_t{9},
+                      size_t{63}, size_t{1000}, size_t{4099}, block - 1, block,
+                      block + 1, 2 * block + 13, 5 * block + 4099}) {
     std::vector<uint8_t> data(size);
     for (auto& b : data) b = static_cast<uint8_t>(rng());
     const uint32_t whole = Crc32c(data.data(), size);

@@ -294,7 +294,7 @@ absl::Status Mailbox::Deliver(Transfer& t, const v1::ExchangeChunk& chunk) {
   }
   // Validate and decode outside the lock: other transfers proceed.
   const v1::ChunkHeader& h = chunk.header();
-  absl::Status status = ValidateChunk(chunk, expect);
+  absl::Status status = ValidateChunkHeader(chunk, expect);
   if (status.ok() && h.offset() != next) {
     status = absl::InvalidArgumentError(
         h.offset() < next
@@ -307,10 +307,9 @@ absl::Status Mailbox::Deliver(Transfer& t, const v1::ExchangeChunk& chunk) {
                            ", skipping elements [", next, ", ", h.offset(),
                            "); chunks must arrive in order"));
   }
+  // The CRC is checked while decoding (one pass over the payload).
   if (status.ok())
-    status = DecodePayload(chunk.payload(), h.encoding(),
-                           buffer.subspan(h.offset(), h.length()),
-                           h.offset());
+    status = DecodeChunkPayload(chunk, buffer.subspan(h.offset(), h.length()));
   absl::MutexLock lock(&mu_);
   t.busy = false;
   changed_.SignalAll();

@@ -58,6 +58,16 @@ absl::Status DecodePayload(absl::string_view payload,
                            v1::WireEncoding encoding, std::span<float> out,
                            uint64_t first_index = 0);
 
+// DecodePayload that also checks the payload's CRC-32C against
+// `expected_crc` in the same pass (block by block, each block read from
+// memory once, for the CRC and the conversion): INVALID_ARGUMENT "bad
+// checksum on chunk at offset <first_index>" before any non-finite value
+// is reported. `out` may be written when it fails.
+absl::Status DecodeCheckedPayload(absl::string_view payload,
+                                  v1::WireEncoding encoding,
+                                  std::span<float> out, uint64_t first_index,
+                                  uint32_t expected_crc);
+
 // One chunk of a transfer: elements [offset, offset + length).
 struct ChunkSpan {
   uint64_t offset = 0;
@@ -98,6 +108,18 @@ struct ChunkExpectation {
   uint64_t range_end = 0;
   uint64_t arena_elements = 0;
 };
+
+// ValidateChunk without the CRC-32C: the header against `expect` and the
+// payload's size against the header (for DecodeChunkPayload, which checks
+// the CRC while it decodes).
+absl::Status ValidateChunkHeader(const v1::ExchangeChunk& chunk,
+                                 const ChunkExpectation& expect);
+
+// Decodes the payload of a chunk that ValidateChunkHeader accepted into
+// `out` (arena[offset, offset + length) of the receive buffer), checking
+// its CRC-32C in the same pass (DecodeCheckedPayload).
+absl::Status DecodeChunkPayload(const v1::ExchangeChunk& chunk,
+                                std::span<float> out);
 
 // Checks the header of `chunk` against `expect` and its payload against the
 // header (size and CRC-32C); does not decode. Codes:

@@ -8,6 +8,8 @@
 #include <random>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "common/crc32c.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -98,6 +100,49 @@ TEST(Payload, DecodeRejectsNonFiniteAndNamesTheElement) {
     ASSERT_TRUE(EncodePayload(values, encoding, &payload).ok());
     EXPECT_EQ(DecodePayload(payload, encoding, out).code(),
               absl::StatusCode::kInvalidArgument);
+  }
+}
+
+// The fused decode (CRC-32C and conversion in one pass, block by block)
+// against its plain-loop reference: the bitwise CRC of the whole payload
+// and the element-wise reference conversion. Sizes straddle the 16 KiB
+// blocks; a flipped byte is a bad checksum even where it makes a NaN.
+TEST(Payload, CheckedDecodeMatchesTheReferenceCrcAndConversion) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  for (auto encoding : {v1::WIRE_ENCODING_FP32, v1::WIRE_ENCODING_BF16}) {
+    for (size_t n : {0, 1, 4095, 4096, 4097, 8192 + 3, 50000}) {
+      SCOPED_TRACE(absl::StrCat(EncodingName(encoding), " n=", n));
+      std::vector<float> values(n);
+      for (float& v : values) v = normal(rng);
+      std::string payload;
+      ASSERT_TRUE(EncodePayload(values, encoding, &payload).ok());
+      const uint32_t crc = Crc32cReference(payload.data(), payload.size());
+      std::vector<float> out(n, -1.0f);
+      ASSERT_TRUE(DecodeCheckedPayload(payload, encoding, out, 0, crc).ok());
+      for (size_t i = 0; i < n; ++i) {
+        const float expected =
+            encoding == v1::WIRE_ENCODING_FP32
+                ? values[i]
+                : Bf16ToFloatReference(FloatToBf16Reference(values[i]));
+        ASSERT_EQ(out[i], expected) << i;
+      }
+      absl::Status wrong = DecodeCheckedPayload(payload, encoding, out, 64,
+                                                crc ^ 1u);
+      EXPECT_THAT(wrong.message(), HasSubstr("bad checksum on chunk at offset 64"));
+      if (n < 2) continue;
+      // A corrupted exponent: NaN/Inf after decoding, yet the checksum is
+      // what is reported (the sender did not write it).
+      payload[payload.size() - 1] = static_cast<char>(0x7f);
+      payload[payload.size() - 2] = static_cast<char>(0xff);
+      absl::Status corrupt = DecodeCheckedPayload(payload, encoding, out, 0, crc);
+      EXPECT_THAT(corrupt.message(), HasSubstr("bad checksum"));
+      // Written by the sender (its CRC): the non-finite element is named.
+      const uint32_t nan_crc = Crc32cReference(payload.data(), payload.size());
+      absl::Status nan = DecodeCheckedPayload(payload, encoding, out, 0, nan_crc);
+      EXPECT_THAT(nan.message(),
+                  HasSubstr(absl::StrCat("element ", n - 1, " is not finite")));
+    }
   }
 }
 
