@@ -319,9 +319,23 @@ absl::Status EncodeChunk(const ChunkContext& context,
   header->set_arena_elements(context.arena_elements);
   std::string* payload = chunk->mutable_payload();
   payload->clear();
-  RETURN_IF_ERROR(EncodePayload(arena.subspan(span.offset, span.length),
-                                context.encoding, payload));
-  header->set_crc32c(Crc32c(payload->data(), payload->size()));
+  ASSIGN_OR_RETURN(const uint32_t bytes_per_element,
+                   BytesPerElement(context.encoding));
+  payload->reserve(static_cast<size_t>(span.length) * bytes_per_element);
+  // Block by block, the CRC over each block just written (still in L1):
+  // the values are read from memory once.
+  const size_t per_block = 2 * kCrc32cParallelBytes / bytes_per_element;
+  const std::span<const float> values = arena.subspan(span.offset, span.length);
+  uint32_t crc = 0;
+  for (size_t begin = 0; begin < values.size(); begin += per_block) {
+    const size_t written = payload->size();
+    RETURN_IF_ERROR(EncodePayload(
+        values.subspan(begin, std::min(per_block, values.size() - begin)),
+        context.encoding, payload));
+    crc = Crc32cExtend(crc, payload->data() + written,
+                       payload->size() - written);
+  }
+  header->set_crc32c(crc);
   chunk->set_last(last);
   return absl::OkStatus();
 }

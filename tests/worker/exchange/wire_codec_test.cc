@@ -179,6 +179,33 @@ TEST(PlanChunks, CoversTheRangeContiguously) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// EncodeChunk computes the CRC block by block as it writes the payload:
+// over many blocks it equals the bitwise reference over the whole payload,
+// and the payload is EncodePayload's.
+TEST(EncodeChunk, BlockwiseCrcMatchesTheReferenceOverTheWholePayload) {
+  const std::vector<float> arena = Ramp(100000);
+  const TransferKey key{.job_id = 1, .round = 2};
+  for (auto encoding : {v1::WIRE_ENCODING_FP32, v1::WIRE_ENCODING_BF16}) {
+    const ChunkContext context{.key = key,
+                               .sender_id = 7,
+                               .range_begin = 0,
+                               .range_end = arena.size(),
+                               .encoding = encoding,
+                               .arena_elements = arena.size()};
+    v1::ExchangeChunk chunk;
+    ASSERT_TRUE(EncodeChunk(context, arena, {.offset = 13, .length = 99000},
+                            true, &chunk)
+                    .ok());
+    std::string expected;
+    ASSERT_TRUE(EncodePayload(std::span<const float>(arena).subspan(13, 99000),
+                              encoding, &expected)
+                    .ok());
+    EXPECT_EQ(chunk.payload(), expected);
+    EXPECT_EQ(chunk.header().crc32c(),
+              Crc32cReference(expected.data(), expected.size()));
+  }
+}
+
 class ValidateTest : public ::testing::Test {
  protected:
   ValidateTest() : arena_(Ramp(1000)) {
