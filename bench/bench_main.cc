@@ -1,11 +1,13 @@
 // gasloc-bench SUBCOMMAND [flags...]: dispatches to the registered
-// benchmark subcommands (bench_registry.h). Results end with one JSON line.
+// benchmark subcommands (bench_registry.h). Every run prints the CPU and
+// its ISA first (bench/cpu_isa.h); results end with one JSON line.
 #include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "bench/bench_registry.h"
+#include "bench/cpu_isa.h"
 
 namespace gasloc::bench {
 std::map<std::string, BenchCommand>& BenchCommands() {
@@ -28,6 +30,12 @@ int main(int argc, char** argv) {
     return asked ? 0 : 2;
   }
   std::string program = std::string("gasloc-bench ") + argv[1];
+  const bool help = argc >= 3 && (std::strcmp(argv[2], "--help") == 0 ||
+                                  std::strcmp(argv[2], "-h") == 0);
+  if (!help) {
+    // On stderr: stdout stays the subcommand's (JSON lines for some).
+    std::fprintf(stderr, "%s\n", gasloc::bench::ThisCpu().c_str());
+  }
   std::vector<char*> args = {program.data()};
   for (int i = 2; i < argc; ++i) args.push_back(argv[i]);
   return commands[argv[1]].run(static_cast<int>(args.size()), args.data());
