@@ -397,6 +397,10 @@ absl::StatusOr<std::optional<v1::Assignment>> Coordinator::TryAssign(
     if (std::binary_search(e->members.begin(), e->members.end(), worker_id))
       return BuildAssignment(job, it->second, worker_id);
   }
+  // None of the planned rounds has the worker, and no round will be planned
+  // any more (the job is finishing): a joiner whose first round would have
+  // come after the last one stops here.
+  if (job.stored.stop_round >= 0) return stop_now();
   if (next < job.next_round && !job.rounds.empty() &&
       next < job.rounds.begin()->first && member.first_round >= 0)
     return absl::FailedPreconditionError(absl::StrCat(
@@ -415,9 +419,9 @@ absl::StatusOr<std::optional<v1::Assignment>> Coordinator::TryAssign(
   // Deciding to stop may have finished the job (and released the worker).
   if (job.stored.status.state() != v1::JOB_STATE_RUNNING)
     return StopAssignment(job, job.stored.status.message());
-  if (job.stored.stop_round >= 0 &&
-      static_cast<int64_t>(next) >= job.stored.stop_round)
-    return stop_now();
+  // The job stops before the round just decided on: the worker is in none
+  // of the rounds still to run (the loop above found none).
+  if (job.stored.stop_round >= 0) return stop_now();
   return BuildAssignment(job, job.rounds.rbegin()->second, worker_id);
 }
 

@@ -512,6 +512,34 @@ TEST_F(CoordinatorTest, StopConditionFinishesTheJob) {
             absl::StatusCode::kFailedPrecondition);
 }
 
+// A worker that joins in the last round of a job never gets a round: the
+// job stops before the round it would join at. It must get STOP (not an
+// error) and the job must finish. Found by ClusterTest's mutual-TLS join on
+// a fast CPU: GetAssignment built an assignment of a round the joiner was
+// not in and threw (gRPC: UNKNOWN "Unexpected error in RPC handling"), and
+// the job stayed RUNNING "finishing" until the test gave up.
+TEST_F(CoordinatorTest, AJoinerOfTheLastRoundGetsStopAndTheJobFinishes) {
+  const uint64_t a = Register(), b = Register();
+  const uint64_t job = Start(Spec(2, /*max_rounds=*/2));
+  for (uint64_t id : {a, b}) ASSERT_EQ(Ask(id, job, -1)->round(), 0u);
+  for (uint64_t id : {a, b}) ASSERT_TRUE(Report(id, job, 0).ok());
+  for (uint64_t id : {a, b}) ASSERT_EQ(Ask(id, job, 0)->round(), 1u);
+  const uint64_t late = Register();  // joins from round 2, which never runs
+  for (uint64_t id : {a, b}) ASSERT_TRUE(Report(id, job, 1).ok());
+  for (uint64_t id : {a, b}) {
+    auto stop = Ask(id, job, 1);
+    ASSERT_TRUE(stop.ok()) << stop.status();
+    EXPECT_EQ(stop->kind(), v1::ASSIGNMENT_KIND_STOP);
+  }
+  // Nobody of the last round is left: the joiner's ask decides the stop.
+  EXPECT_EQ(coord_->GetJob(job)->state(), v1::JOB_STATE_RUNNING);
+  auto late_answer = Ask(late, 0, -1);
+  ASSERT_TRUE(late_answer.ok()) << late_answer.status();
+  EXPECT_EQ(late_answer->kind(), v1::ASSIGNMENT_KIND_STOP);
+  EXPECT_THAT(late_answer->message(), HasSubstr("max_rounds=2"));
+  EXPECT_EQ(coord_->GetJob(job)->state(), v1::JOB_STATE_FINISHED);
+}
+
 TEST_F(CoordinatorTest, FinalBpbIsTheMeanOverEveryFinisher) {
   const uint64_t a = Register(), b = Register();
   const uint64_t job = Start(Spec(2, /*max_rounds=*/1));
