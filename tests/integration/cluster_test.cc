@@ -6,6 +6,7 @@
 #include <signal.h>
 
 #include <cmath>
+#include <iterator>
 #include <regex>
 
 #include "absl/strings/str_cat.h"
@@ -167,19 +168,43 @@ TEST(ClusterTest, LocalRgcWorkersTrainUnderGasloc) {
 // Two workers run `rounds` GASLoC rounds; a third starts after round 1.
 // The job must finish and the third worker's log say it joined with a
 // member's model.
-void JoinMidRun(Cluster& cluster, int rounds) {
+// Two workers train; a third joins after round 1 and must fetch the model
+// and train rounds of its own. The job has no round limit it could reach
+// before the joiner is up (on a fast CPU six tiny rounds took 0.2 s, less
+// than a worker's start-up, and the joiner never got a round): the test
+// stops it once the joiner has done kJoinerRounds rounds.
+void JoinMidRun(Cluster& cluster) {
+  constexpr int kJoinerRounds = 2;
   ASSERT_NO_FATAL_FAILURE(cluster.StartCoordinator());
   ASSERT_NO_FATAL_FAILURE(cluster.StartWorkers(2));
-  v1::JobSpec spec = cluster.TinySpec(v1::ALGORITHM_GASLOC, rounds, 2);
+  v1::JobSpec spec = cluster.TinySpec(v1::ALGORITHM_GASLOC, 1000000, 2);
   const uint64_t job = cluster.StartJob(spec);
-  const absl::Time give_up = absl::Now() + absl::Seconds(60);
+  const absl::Time give_up = absl::Now() + absl::Seconds(120);
   while (cluster.WorkerLog(0).find("round 1 done") == std::string::npos) {
     ASSERT_LT(absl::Now(), give_up) << cluster.WorkerLog(0);
     absl::SleepFor(absl::Milliseconds(20));
   }
   ASSERT_NO_FATAL_FAILURE(cluster.StartWorkers(1));
-  const v1::JobStatus status = cluster.WaitForJobEnd(job, absl::Seconds(120));
-  EXPECT_EQ(status.state(), v1::JOB_STATE_FINISHED) << status.message();
+  static const std::regex kRoundDone(R"(round [0-9]+ done)");
+  auto joiner_rounds = [&] {
+    const std::string log = cluster.WorkerLog(2);
+    return std::distance(
+        std::sregex_iterator(log.begin(), log.end(), kRoundDone),
+        std::sregex_iterator());
+  };
+  while (joiner_rounds() < kJoinerRounds) {
+    ASSERT_LT(absl::Now(), give_up) << cluster.WorkerLog(2);
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  grpc::ClientContext context;
+  v1::StopJobRequest stop;
+  stop.set_job_id(job);
+  stop.set_reason("the joiner trained");
+  v1::StopJobResponse stopped;
+  const grpc::Status rpc = cluster.stub().StopJob(&context, stop, &stopped);
+  ASSERT_TRUE(rpc.ok()) << rpc.error_message();
+  const v1::JobStatus status = cluster.WaitForJobEnd(job, absl::Seconds(60));
+  EXPECT_EQ(status.state(), v1::JOB_STATE_STOPPED) << status.message();
   cluster.StopAll();
   const std::string log = cluster.WorkerLog(2);
   EXPECT_NE(log.find("joined with the model of worker"), std::string::npos)
@@ -188,7 +213,7 @@ void JoinMidRun(Cluster& cluster, int rounds) {
 
 TEST(ClusterTest, WorkerJoiningMidRunFetchesTheModelAndTrains) {
   Cluster cluster("join");
-  ASSERT_NO_FATAL_FAILURE(JoinMidRun(cluster, 8));
+  ASSERT_NO_FATAL_FAILURE(JoinMidRun(cluster));
   const std::string log = cluster.WorkerLog(2);
   const std::vector<double> bpb = LoggedValBpb(log);
   ASSERT_FALSE(bpb.empty()) << log;
@@ -204,7 +229,7 @@ TEST(ClusterTest, WorkerJoiningMidRunFetchesTheModelAndTrains) {
 TEST(ClusterTest, WorkerJoiningUnderMutualTlsFetchesTheModelAndTrains) {
   Cluster cluster("join-tls");
   ASSERT_NO_FATAL_FAILURE(cluster.UseMutualTls(3));
-  ASSERT_NO_FATAL_FAILURE(JoinMidRun(cluster, 6));
+  ASSERT_NO_FATAL_FAILURE(JoinMidRun(cluster));
   for (int i = 0; i < 3; ++i)
     EXPECT_EQ(cluster.WorkerLog(i).find("PERMISSION_DENIED"), std::string::npos)
         << cluster.WorkerLog(i);
