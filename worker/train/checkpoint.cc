@@ -312,6 +312,36 @@ absl::Status ReadExtras(const std::string& path, Reader& reader,
   return absl::OkStatus();
 }
 
+// Removes `<path>.tmp.<16 hex digits>` files that an earlier write of the
+// same path left when its process was killed before the rename (a worker
+// SIGKILLed mid-checkpoint; each would otherwise stay forever and a
+// checkpoint folder on a small disk fills up). Only names of exactly that
+// form are touched, and a symbolic link is unlinked itself, never
+// followed. Errors are ignored: a temporary left is only wasted space.
+void RemoveStaleTemporaries(const std::string& path) {
+  namespace fs = std::filesystem;
+  const fs::path target(path);
+  const std::string prefix = target.filename().string() + ".tmp.";
+  fs::path dir = target.parent_path();
+  if (dir.empty()) dir = ".";
+  std::error_code error;
+  for (fs::directory_iterator it(dir, error), end; !error && it != end;
+       it.increment(error)) {
+    const std::string name = it->path().filename().string();
+    if (name.size() != prefix.size() + 16 ||
+        name.compare(0, prefix.size(), prefix) != 0 ||
+        name.find_first_not_of("0123456789abcdef", prefix.size()) !=
+            std::string::npos)
+      continue;
+    const fs::file_status status = it->symlink_status(error);
+    if (error) break;
+    if (fs::is_regular_file(status) || fs::is_symlink(status)) {
+      std::error_code ignored;
+      fs::remove(it->path(), ignored);  // unlinks; never follows a link
+    }
+  }
+}
+
 }  // namespace
 
 absl::Status WriteCheckpoint(const std::string& path,
@@ -331,6 +361,7 @@ absl::Status WriteCheckpoint(const std::string& path,
   Serialize(view, 0, &counter);
   const uint64_t file_bytes = counter.bytes() + kTrailerBytes;
 
+  RemoveStaleTemporaries(path);
   // A fresh file with an unpredictable name, created exclusively and never
   // through a symbolic link: a link planted at the temporary name cannot
   // redirect the write (O_EXCL fails on any existing name, O_NOFOLLOW on a

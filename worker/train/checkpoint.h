@@ -6,9 +6,11 @@
 // header that carries the file's total length, the layout fingerprint, then
 // the sections, then a CRC-32C of every preceding byte.
 //
-// WriteCheckpoint writes `<path>.tmp.<pid>`, fsyncs it, renames it over
-// `path` and fsyncs the directory, so a crash leaves the old file or the
-// new one, never a mix. ReadCheckpoint refuses (with a message naming the
+// WriteCheckpoint writes `<path>.tmp.<16 random hex digits>` (created
+// exclusively, never through a link), fsyncs it, renames it over `path`
+// and fsyncs the directory, so a crash leaves the old file or the new one,
+// never a mix; it first removes the temporaries of earlier writes of
+// `path` that a crash left behind. ReadCheckpoint refuses (with a message naming the
 // path and the problem) a file with a bad magic, another format version,
 // a wrong length (truncated or extended), a checksum mismatch, a
 // non-finite value (parameters, moments or buffers), or a layout other

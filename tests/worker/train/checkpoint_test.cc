@@ -114,6 +114,38 @@ TEST_F(CheckpointTest, RoundTripsEverything) {
   EXPECT_TRUE((*again)->extras.buffers.empty());
 }
 
+// A worker SIGKILLed mid-write leaves `<path>.tmp.<hex>` behind (the soak
+// of issue 18 found them piling up in checkpoint folders): the next write
+// of the same path removes them, unlinks a planted link without touching
+// its target, and leaves every other name alone.
+TEST_F(CheckpointTest, AWriteRemovesTheTemporariesOfAKilledWrite) {
+  namespace fs = std::filesystem;
+  auto make = [](const fs::path& p) { std::ofstream(p) << "partial"; };
+  const fs::path stale = path_ + ".tmp.0123456789abcdef";
+  const fs::path link = path_ + ".tmp.fedcba9876543210";
+  const fs::path outside = dir_ / "outside.txt";
+  const fs::path other_job = dir_ / "other.ckpt.tmp.0123456789abcdef";
+  const fs::path not_ours = path_ + ".tmp.keep-me";
+  make(stale);
+  make(outside);
+  make(other_job);
+  make(not_ours);
+  fs::create_symlink(outside, link);
+  ASSERT_TRUE(WriteCheckpoint(path_, View()).ok());
+  EXPECT_FALSE(fs::exists(stale));
+  EXPECT_FALSE(fs::exists(fs::symlink_status(link)));
+  EXPECT_TRUE(fs::exists(outside)) << "the link's target was removed";
+  EXPECT_TRUE(fs::exists(other_job));
+  EXPECT_TRUE(fs::exists(not_ours));
+  size_t temporaries = 0;
+  for (const auto& entry : fs::directory_iterator(dir_))
+    temporaries +=
+        entry.path().filename().string().rfind("run.ckpt.tmp.", 0) == 0;
+  EXPECT_EQ(temporaries, 1u) << "only not_ours";
+  auto state = ReadCheckpoint(path_, layout_);
+  EXPECT_TRUE(state.ok()) << state.status();
+}
+
 TEST_F(CheckpointTest, RefusesAFlippedByteAnywhere) {
   ASSERT_TRUE(WriteCheckpoint(path_, View()).ok());
   const std::string good = ReadAll(path_);
