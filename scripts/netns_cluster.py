@@ -47,6 +47,7 @@ ALGORITHMS = {
     "dpsgd": ("ALGORITHM_DPSGD", None),
     "local-sgd": ("ALGORITHM_LOCAL_SGD", None),
 }
+CHECKPOINT_DIR = "ckpt"  # under each worker's data_dir
 TERMINAL = {"JOB_STATE_FINISHED", "JOB_STATE_FAILED", "JOB_STATE_STOPPED"}
 
 
@@ -215,7 +216,7 @@ class Run:
         exchange = {"deadlineMs": sc.exchange_deadline_ms}
         if sc.exchange_chunk_bytes:
             exchange["chunkBytes"] = sc.exchange_chunk_bytes
-        return {
+        spec = {
             "name": f"{sc.name}-{args.algorithm}-s{args.seed}",
             "model": sc.model,
             "training": {"batch": sc.batch, "threads": sc.threads,
@@ -228,6 +229,11 @@ class Run:
             "stop": stop,
             "minWorkers": sum(1 for w in sc.workers if w.join_at_s == 0),
         }
+        if sc.checkpoint_every:
+            # Relative: each worker's own <data_dir>/ckpt.
+            spec["checkpoint"] = {"directory": CHECKPOINT_DIR,
+                                  "intervalRounds": sc.checkpoint_every}
+        return spec
 
     # -- the run -------------------------------------------------------
     def scrape(self, index):
@@ -386,6 +392,9 @@ class Run:
                 proc.kill()
                 proc.wait()
 
+    def release(self):
+        """Removes what a subclass made beyond the prefix (mounts); once."""
+
     def write_results(self, state):
         rounds = []
         workers = []
@@ -503,20 +512,15 @@ def partial_results(run, state):
         log(f"no results folder: {e}")
 
 
-def main(argv):
-    args = parse_args(argv)
+def prepare(args):
+    """Checks, loads the scenario and fills args.out; (scenario, rc)."""
     os.environ["PATH"] = os.environ.get("PATH", "") + ":/usr/sbin:/sbin"
     check_prerequisites(args)
-    if args.cleanup:
-        n = net.remove_prefix(BASE_PREFIX, log, only_dead_owners=not
-                              args.force, base_prefix=BASE_PREFIX)
-        log(f"cleanup: removed {n} object(s) named {BASE_PREFIX}*")
-        return 0
     try:
         sc = scenario_file.load(args.scenario)
     except scenario_file.ScenarioError as e:
         log(str(e))
-        return 2
+        return None, 2
     args.build = os.path.abspath(args.build)
     if not args.out:
         args.out = os.path.join(
@@ -526,18 +530,23 @@ def main(argv):
     if os.path.isdir(args.out) and os.listdir(args.out):
         # Logs are appended (restarts): an old run's would mix in.
         log(f"results folder {args.out} is not empty; give a new --out")
-        return 2
+        return None, 2
     os.makedirs(args.out, exist_ok=True)
-    prefix = f"{BASE_PREFIX}{os.getpid()}-"
+    return sc, 0
 
+
+def execute(run):
+    """Runs `run` (a Run) to its end and removes all it made; exit code.
+
+    SIGINT/SIGTERM interrupt it (130); whatever happens, its processes are
+    stopped and every object named run.prefix is removed and checked gone.
+    """
     def on_signal(signum, _frame):
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         raise Interrupted(signal.Signals(signum).name)
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
-
-    run = Run(sc, args, prefix)
     rc = 1
     try:
         state = run.run()
@@ -556,14 +565,31 @@ def main(argv):
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         run.stop()
-        net.remove_prefix(prefix, log)
-        left = [x for group in net.leftovers(prefix) for x in group]
+        run.release()
+        net.remove_prefix(run.prefix, log)
+        left = [x for group in net.leftovers(run.prefix) for x in group]
         if left:
             log(f"cleanup incomplete, still there: {left}")
             rc = rc or 1
         else:
-            log(f"cleaned up: no namespace, link or cgroup named {prefix}*")
+            log(f"cleaned up: no namespace, link or cgroup named "
+                f"{run.prefix}*")
     return rc
+
+
+def main(argv):
+    args = parse_args(argv)
+    if args.cleanup:
+        os.environ["PATH"] = os.environ.get("PATH", "") + ":/usr/sbin:/sbin"
+        check_prerequisites(args)
+        n = net.remove_prefix(BASE_PREFIX, log, only_dead_owners=not
+                              args.force, base_prefix=BASE_PREFIX)
+        log(f"cleanup: removed {n} object(s) named {BASE_PREFIX}*")
+        return 0
+    sc, rc = prepare(args)
+    if sc is None:
+        return rc
+    return execute(Run(sc, args, f"{BASE_PREFIX}{os.getpid()}-"))
 
 
 if __name__ == "__main__":

@@ -196,8 +196,22 @@ def owner_pid(name, prefix):
     return int(head) if head.isdigit() else None
 
 
+def mounts(prefix):
+    """(source, mount point) of the mounts named prefix* (the soak's tmpfs)."""
+    found = []
+    try:
+        with open("/proc/mounts", encoding="utf-8") as f:
+            for line in f:
+                source, point = line.split()[:2]
+                if source.startswith(prefix):
+                    found.append((source, point.replace("\\040", " ")))
+    except OSError:
+        pass
+    return found
+
+
 def leftovers(prefix):
-    """(namespaces, links, cgroups) whose names start with prefix."""
+    """(namespaces, links, cgroups, mounts) named prefix*."""
     namespaces = [line.split()[0] for line in
                   run(["ip", "netns", "list"]).splitlines() if line.strip()]
     links = []
@@ -212,7 +226,8 @@ def leftovers(prefix):
                         if os.path.isdir(os.path.join(root, d))]
     return ([n for n in namespaces if n.startswith(prefix)],
             [n for n in links if n.startswith(prefix)],
-            [c for c in cgroups if os.path.basename(c).startswith(prefix)])
+            [c for c in cgroups if os.path.basename(c).startswith(prefix)],
+            mounts(prefix))
 
 
 def remove_prefix(prefix, log, only_dead_owners=False, base_prefix=None):
@@ -230,7 +245,7 @@ def remove_prefix(prefix, log, only_dead_owners=False, base_prefix=None):
         return pid is not None and pid != os.getpid() and _pid_alive(pid)
 
     removed = 0
-    namespaces, links, cgroups = leftovers(prefix)
+    namespaces, links, cgroups, mounted = leftovers(prefix)
     for ns in namespaces:
         if skip(ns):
             log(f"keeping {ns}: its harness is still running")
@@ -268,6 +283,14 @@ def remove_prefix(prefix, log, only_dead_owners=False, base_prefix=None):
             removed += 1
         except OSError as e:
             log(f"cannot remove cgroup {path}: {e}")
+    for source, point in mounted:
+        if skip(source):
+            continue
+        try:
+            run(["umount", "-l", point])
+            removed += 1
+        except NetError as e:
+            log(f"cannot unmount {point}: {e}")
     return removed
 
 

@@ -54,6 +54,8 @@ class Scenario:
     max_wall_seconds: int
     exchange_deadline_ms: int
     exchange_chunk_bytes: int  # 0 = the job spec's default (1 MiB)
+    checkpoint_every: int  # rounds; 0 = no checkpoints (each worker's
+                           # data_dir/ckpt otherwise)
     corpus: str          # relative to the repository root, or absolute
     workers: list
     coordinator_kill_at_s: float = 0       # SIGKILL of the coordinator; 0 = no
@@ -62,7 +64,7 @@ class Scenario:
 
 _TOP_KEYS = {"name", "description", "model", "training", "stop", "corpus",
              "defaults", "workers", "exchange_deadline_ms",
-             "exchange_chunk_bytes", "coordinator"}
+             "exchange_chunk_bytes", "checkpoint_every", "coordinator"}
 _MODEL_KEYS = {"layers", "d_model", "heads", "context", "batch"}
 _TRAINING_KEYS = {"threads", "local_steps", "min_local_steps", "lr", "warmup",
                   "eval_windows", "eval_every"}
@@ -198,6 +200,8 @@ def load(path):
         exchange_chunk_bytes=num("exchange_chunk_bytes", raw,
                                  "exchange_chunk_bytes", 0, 0, 3 << 20,
                                  True),
+        checkpoint_every=num("checkpoint_every", raw, "checkpoint_every", 0,
+                             0, 10**6, True),
         corpus=corpus,
         workers=workers)
     coordinator = dict(raw.get("coordinator", {}))

@@ -21,54 +21,9 @@ import sys
 import tempfile
 import time
 
-SKIP = 77
-
-
-def skip_unless_namespaces():
-    if os.geteuid() != 0:
-        print("SKIP: not root; network namespaces need root")
-        sys.exit(SKIP)
-    probe = f"gltest-{os.getpid()}"
-    made = subprocess.run(["ip", "netns", "add", probe], capture_output=True,
-                          text=True, check=False)
-    if made.returncode != 0:
-        print(f"SKIP: `ip netns add` fails here: {made.stderr.strip()}")
-        sys.exit(SKIP)
-    subprocess.run(["ip", "netns", "del", probe], check=False)
-
-
-def leftovers(prefix):
-    """Everything named prefix* that the harness may create."""
-    found = []
-    found += [l.split()[0] for l in subprocess.run(
-        ["ip", "netns", "list"], capture_output=True, text=True,
-        check=True).stdout.splitlines() if l.startswith(prefix)]
-    for line in subprocess.run(["ip", "-o", "link", "show"],
-                               capture_output=True, text=True,
-                               check=True).stdout.splitlines():
-        name = line.split(":", 2)[1].strip().split("@")[0]
-        if name.startswith(prefix):
-            found.append(name)
-    for root in ("/sys/fs/cgroup/cpu", "/sys/fs/cgroup"):
-        if os.path.isdir(root):
-            found += [os.path.join(root, d) for d in os.listdir(root)
-                      if d.startswith(prefix)]
-    return found
-
-
-def processes_using(path):
-    """Pids whose command line mentions path (the run's results folder)."""
-    pids = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit() or int(pid) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if path.encode() in f.read():
-                    pids.append(int(pid))
-        except OSError:
-            pass
-    return pids
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from netns_checks import (SKIP, leftovers, processes_using,  # noqa: E402,F401
+                          report, skip_unless_namespaces)
 
 
 def harness(build, source, out):
@@ -162,10 +117,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="netns_harness_test-") as tmp:
         test_slow_link(build, source, tmp, failures)
         test_sigint(build, source, tmp, failures)
-    for f in failures:
-        print(f"FAIL: {f}")
-    print("PASS" if not failures else f"{len(failures)} failure(s)")
-    return 1 if failures else 0
+    return report(failures)
 
 
 if __name__ == "__main__":

@@ -37,6 +37,14 @@ class ScenarioTest(unittest.TestCase):
         self.assertEqual(s.workers[0].partition_for_s, 10)
         self.assertEqual(s.local_steps, 40)
         self.assertEqual(s.exchange_chunk_bytes, 0)  # the job's default
+        self.assertEqual(s.checkpoint_every, 0)  # no checkpoints
+
+    def test_checkpoint_every(self):
+        s = scenario.load(write("stop: {max_rounds: 3}\n"
+                                "checkpoint_every: 2\nworkers: [{}]\n"))
+        self.assertEqual(s.checkpoint_every, 2)
+        self.assert_error("stop: {max_rounds: 3}\ncheckpoint_every: -1\n"
+                          "workers: [{}]\n", "checkpoint_every=-1")
 
     def test_shipped_scenarios_load(self):
         folder = os.path.join(SOURCE, "bench", "scenarios")

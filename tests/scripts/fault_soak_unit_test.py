@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""Unit tests of bench/fault_soak.py's pure parts (no root, no cluster):
+the fault plan, the argument checks and the inotify watch.
+
+Run: python3 tests/scripts/fault_soak_unit_test.py SOURCE_DIR
+"""
+import collections
+import contextlib
+import io
+import os
+import random
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+SOURCE = sys.argv.pop(1) if len(sys.argv) > 1 else os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "..", "..")
+sys.path.insert(0, os.path.join(SOURCE, "bench"))
+import fault_soak  # noqa: E402
+
+
+class PlanTest(unittest.TestCase):
+    def test_every_kind_as_often_as_the_others(self):
+        plan = fault_soak.plan_faults(fault_soak.KINDS, 100, random.Random(1))
+        counts = collections.Counter(plan)
+        self.assertEqual(set(counts), set(fault_soak.KINDS))
+        self.assertLessEqual(max(counts.values()) - min(counts.values()), 1)
+        self.assertEqual(sum(counts.values()), 100)
+
+    def test_the_seed_fixes_the_order(self):
+        a = fault_soak.plan_faults(fault_soak.KINDS, 20, random.Random(7))
+        b = fault_soak.plan_faults(fault_soak.KINDS, 20, random.Random(7))
+        self.assertEqual(a, b)
+
+
+class ArgsTest(unittest.TestCase):
+    def test_rounds_follow_the_faults(self):
+        args = fault_soak.parse_args(["s.yaml", "--faults", "10",
+                                      "--spacing", "15", "--tail", "8"])
+        self.assertEqual(args.rounds, 3 + 10 * 15 + 8)
+        self.assertEqual(args.kinds, list(fault_soak.KINDS))
+
+    def test_unknown_kind_is_refused_by_name(self):
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), self.assertRaises(SystemExit):
+            fault_soak.parse_args(["s.yaml", "--kinds", "kill_inner,meteor"])
+        self.assertIn("meteor", err.getvalue())
+
+
+class CreateWatchTest(unittest.TestCase):
+    def test_sees_the_matching_name_and_not_the_others(self):
+        with tempfile.TemporaryDirectory() as folder:
+            watch = fault_soak.CreateWatch(folder)
+            try:
+                def create():
+                    time.sleep(0.05)
+                    open(os.path.join(folder, "a.ckpt"), "w").close()
+                    open(os.path.join(folder, "a.ckpt.tmp.00ff"), "w").close()
+                threading.Thread(target=create).start()
+                self.assertEqual(watch.wait(".tmp.", 5), "a.ckpt.tmp.00ff")
+                self.assertIsNone(watch.wait(".tmp.", 0.1))
+            finally:
+                watch.close()
+
+
+if __name__ == "__main__":
+    unittest.main()
