@@ -21,8 +21,9 @@ in a seeded order from:
 
 A killed worker is started again 1 s later with the same --data_dir (same
 stable identity). Each fault must recover: the victim completes a round
-after the fault ended (for the coordinator: the job completes a round)
-within --fault-deadline seconds, else the soak counts a hang and stops.
+after the fault ended (for the coordinator: the job's rounds_completed
+moves on) within --fault-deadline seconds, else the soak counts a hang and
+stops.
 At the end it checks every checkpoint left (each loads: checksums, bounds,
 finite values), counts stale temp files, checks that the validation bpb
 fell, and writes, beside the harness's results:
@@ -350,11 +351,15 @@ class SoakRun(harness.Run):
         rec["round_at_restore"] = self.job_round
 
     def recovered(self, rec):
-        if "restored_unix" not in rec or \
-                self.job_round <= rec["round_at_restore"]:
+        """A worker fault: the victim completed a round after the fault
+        ended. The coordinator: the job's rounds_completed moved on since
+        the restart. (rounds_completed is the slowest member's progress,
+        so a worker that is still joining holds it back: a worker fault's
+        recovery is the victim's own round, not the job's.)"""
+        if "restored_unix" not in rec:
             return False
         if rec["victim"] == "coordinator":
-            return True
+            return self.job_round > rec["round_at_restore"]
         _, rows = results.parse_worker_log(self.worker_log(rec["index"]))
         return any(r.get("done_unix", 0) > rec["restored_unix"] for r in rows)
 
