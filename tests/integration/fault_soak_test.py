@@ -44,7 +44,8 @@ def main():
         proc = subprocess.Popen(
             [sys.executable, os.path.join(source, "bench", "fault_soak.py"),
              os.path.join(source, "bench", "scenarios", "fault_soak.yaml"),
-             "--faults", str(FAULTS), "--seed", "1", "--tail", "8", "--fault-deadline", "150", "--timeout", "420",
+             "--faults", str(FAULTS), "--seed", "1", "--tail", "8",
+             "--fault-deadline", "150", "--timeout", "420",
              "--out", out, "--build", build],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         output, _ = proc.communicate(timeout=480)
