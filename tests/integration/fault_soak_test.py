@@ -44,11 +44,11 @@ def main():
         proc = subprocess.Popen(
             [sys.executable, os.path.join(source, "bench", "fault_soak.py"),
              os.path.join(source, "bench", "scenarios", "fault_soak.yaml"),
-             "--faults", str(FAULTS), "--seed", "1", "--tail", "8",
-             "--fault-deadline", "150", "--timeout", "420",
+             "--faults", str(FAULTS), "--seed", "1", "--spacing", "10",
+             "--tail", "8", "--fault-deadline", "150", "--timeout", "450",
              "--out", out, "--build", build],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        output, _ = proc.communicate(timeout=480)
+        output, _ = proc.communicate(timeout=500)
         print(output)
         if proc.returncode != 0:
             failures.append(f"soak exited {proc.returncode}")
