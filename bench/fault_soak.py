@@ -144,6 +144,12 @@ class SoakRun(harness.Run):
         self.mounts = {}       # worker index -> tmpfs path
         self.soak_error = None
 
+    def job_spec(self):
+        spec = super().job_spec()
+        if self.args.gamma is not None:
+            spec["outer"]["gamma"] = self.args.gamma
+        return spec
+
     # -- set-up: each worker's checkpoint folder is a tmpfs --------------
     def checkpoint_dir(self, index):
         return os.path.join(self.out, f"worker{index}", harness.CHECKPOINT_DIR)
@@ -552,6 +558,9 @@ def parse_args(argv):
                    help="seconds a fault may take to recover (else a hang)")
     p.add_argument("--rounds", type=int, default=None,
                    help="stop.max_rounds (default: from the faults)")
+    p.add_argument("--gamma", type=float, default=None,
+                   help="the job's outer.gamma (GASLoC momentum; default: "
+                   "the job spec's default)")
     p.add_argument("--out")
     p.add_argument("--build", default=os.path.join(REPO, "build", "release"))
     p.add_argument("--poll", type=float, default=0.5)

@@ -41,6 +41,9 @@ class ArgsTest(unittest.TestCase):
                                       "--spacing", "15", "--tail", "8"])
         self.assertEqual(args.rounds, 3 + 10 * 15 + 8)
         self.assertEqual(args.kinds, list(fault_soak.KINDS))
+        self.assertIsNone(args.gamma)  # the job spec's default
+        self.assertEqual(fault_soak.parse_args(
+            ["s.yaml", "--gamma", "0"]).gamma, 0.0)
 
     def test_unknown_kind_is_refused_by_name(self):
         err = io.StringIO()
