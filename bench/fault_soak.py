@@ -473,10 +473,17 @@ class SoakRun(harness.Run):
                     len(rec_s), 1) if rec_s else None),
                 "tokens_lost": sum(r["tokens_lost"] for r in recs),
             }
-        hangs = sum(1 for r in self.faults if not r["recovered"])
+        # A fault still recovering when the job ended (its victim was
+        # rejoining as the last rounds ran) is not a hang unless it had
+        # already been going for longer than the deadline.
+        now = time.time()
+        hangs = sum(1 for r in self.faults if not r["recovered"] and
+                    now - r["inject_unix"] > self.args.fault_deadline)
+        open_at_end = sum(1 for r in self.faults if not r["recovered"]) - hangs
         summary = {
             "state": state, "faults_planned": len(self.plan),
             "faults_injected": len(self.faults), "hangs": hangs,
+            "recovering_when_the_job_ended": open_at_end,
             "checkpoints_loaded": loaded, "checkpoints_corrupt": len(corrupt),
             "corrupt": corrupt, "stale_temp_files": len(stale),
             "non_finite_log_lines": counts["non_finite"],
@@ -521,7 +528,7 @@ class SoakRun(harness.Run):
             f.write("\n".join(table) + "\n")
         print("\n".join(table))
         log(f"{len(self.faults)} of {len(self.plan)} fault(s), {hangs} "
-            f"hang(s); {loaded} checkpoint(s) loaded, {len(corrupt)} "
+            f"hang(s), {open_at_end} still recovering at the end; {loaded} checkpoint(s) loaded, {len(corrupt)} "
             f"corrupt, {len(stale)} stale temp file(s); val bpb "
             f"{summary['val_bpb_first']} -> {summary['val_bpb_last']}")
         for name, ok in checks.items():

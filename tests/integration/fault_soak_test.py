@@ -45,7 +45,7 @@ def main():
             [sys.executable, os.path.join(source, "bench", "fault_soak.py"),
              os.path.join(source, "bench", "scenarios", "fault_soak.yaml"),
              "--faults", str(FAULTS), "--seed", "1", "--spacing", "10",
-             "--tail", "8", "--fault-deadline", "150", "--timeout", "450",
+             "--tail", "20", "--fault-deadline", "150", "--timeout", "450",
              "--out", out, "--build", build],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         output, _ = proc.communicate(timeout=500)
