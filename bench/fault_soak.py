@@ -148,6 +148,9 @@ class SoakRun(harness.Run):
         spec = super().job_spec()
         if self.args.gamma is not None:
             spec["outer"]["gamma"] = self.args.gamma
+        if self.args.placement is not None:
+            spec["outer"]["momentumPlacement"] = (
+                "MOMENTUM_PLACEMENT_" + self.args.placement.upper())
         return spec
 
     # -- set-up: each worker's checkpoint folder is a tmpfs --------------
@@ -568,6 +571,10 @@ def parse_args(argv):
     p.add_argument("--gamma", type=float, default=None,
                    help="the job's outer.gamma (GASLoC momentum; default: "
                    "the job spec's default)")
+    p.add_argument("--placement", default=None,
+                   choices=["local", "mixed", "pseudo_gradient"],
+                   help="the job's outer.momentum_placement (default: the "
+                   "job spec's default)")
     p.add_argument("--out")
     p.add_argument("--build", default=os.path.join(REPO, "build", "release"))
     p.add_argument("--poll", type=float, default=0.5)

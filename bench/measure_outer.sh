@@ -22,11 +22,12 @@
 #
 #   bench/measure_outer.sh [options] [CORPUS...]
 #     CORPUS          text files (default tests/data/tinyshakespeare.txt)
-#     --configs LIST  comma list of ALGO<H>[@ETA/GAMMA][+mixed] and solo,
-#                     ALGO one of gasloc, diloco, dpsgd, localsgd (default
-#                     gasloc50,diloco50,dpsgd1,gasloc1,solo); @ETA/GAMMA sets
-#                     GASLoC's outer step and momentum, +mixed its MIXED
-#                     momentum placement
+#     --configs LIST  comma list of ALGO<H>[@ETA/GAMMA][+PLACEMENT] and
+#                     solo, ALGO one of gasloc, diloco, dpsgd, localsgd
+#                     (default gasloc50,diloco50,dpsgd1,gasloc1,solo);
+#                     @ETA/GAMMA sets GASLoC's outer step and momentum,
+#                     +local, +mixed or +pg its momentum placement (LOCAL,
+#                     MIXED, PSEUDO_GRADIENT)
 #     --seeds N       seeds per configuration (default 3), from --first-seed
 #     --first-seed N  (default 1)
 #     --workers N     workers per cluster (default 4)
@@ -96,6 +97,8 @@ cluster_run() {
   local algo="${config%%[0-9]*}" rest="${config#"${config%%[0-9]*}"}"
   local extra=()
   if [[ "$rest" == *+mixed ]]; then rest="${rest%+mixed}"; extra+=(--placement mixed); fi
+  if [[ "$rest" == *+local ]]; then rest="${rest%+local}"; extra+=(--placement local); fi
+  if [[ "$rest" == *+pg ]]; then rest="${rest%+pg}"; extra+=(--placement pseudo_gradient); fi
   local h="${rest%%@*}"
   [[ "$h" =~ ^[1-9][0-9]*$ ]] || { echo "measure_outer: bad config $config" >&2; return 2; }
   if [[ "$rest" == *@*/* ]]; then

@@ -139,6 +139,10 @@ v1::JobSpec ApplyJobSpecDefaults(const v1::JobSpec& in) {
   if (outer->topology() == v1::TOPOLOGY_UNSPECIFIED)
     outer->set_topology(IsGossipAlgorithm(algo) ? v1::TOPOLOGY_RANDOM_ONE_PEER
                                                 : v1::TOPOLOGY_COMPLETE);
+  // Measured (docs/benchmarks.md, "Momentum placement"): only the
+  // pseudo-gradient placement keeps training through injected faults.
+  if (outer->momentum_placement() == v1::MOMENTUM_PLACEMENT_UNSPECIFIED)
+    outer->set_momentum_placement(v1::MOMENTUM_PLACEMENT_PSEUDO_GRADIENT);
   if (outer->budget_policy() == v1::BUDGET_POLICY_UNSPECIFIED)
     outer->set_budget_policy(algo == v1::ALGORITHM_GASLOC
                                  ? v1::BUDGET_POLICY_ADAPTIVE

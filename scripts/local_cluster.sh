@@ -24,8 +24,8 @@
 #                        the algorithm's budget policy)
 #     --eta X --gamma X  GASLoC outer step and momentum (default: the job
 #                        spec's defaults, 0.7 and 0.9)
-#     --placement P      GASLoC momentum placement: local or mixed (default:
-#                        the job spec's)
+#     --placement P      GASLoC momentum placement: local, mixed or
+#                        pseudo_gradient (default: the job spec's)
 #     --no-sample        do not print a generated sample at the end
 #     --build DIR        build folder (default build/release)
 #     --run-dir DIR      where logs, state and checkpoints go
@@ -83,8 +83,8 @@ while [ $# -gt 0 ]; do
       outer_json+=", \"${1#--}\": $2"; shift 2 ;;
     --placement)
       case "${2:-}" in
-        local|mixed) outer_json+=", \"momentumPlacement\": \"MOMENTUM_PLACEMENT_${2^^}\"" ;;
-        *) echo "local_cluster: --placement wants local or mixed, got '${2:-}'" >&2; exit 2 ;;
+        local|mixed|pseudo_gradient) outer_json+=", \"momentumPlacement\": \"MOMENTUM_PLACEMENT_${2^^}\"" ;;
+        *) echo "local_cluster: --placement wants local, mixed or pseudo_gradient, got '${2:-}'" >&2; exit 2 ;;
       esac
       shift 2 ;;
     -h|--help) sed -n '2,/^set -e/{/^#/p}' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;

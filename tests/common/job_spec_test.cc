@@ -40,6 +40,10 @@ TEST(JobSpec, DefaultsFollowTheAlgorithm) {
   EXPECT_FLOAT_EQ(gasloc.outer().gamma(), 0.9f);
   EXPECT_EQ(gasloc.outer().topology(), v1::TOPOLOGY_RANDOM_ONE_PEER);
   EXPECT_EQ(gasloc.outer().budget_policy(), v1::BUDGET_POLICY_ADAPTIVE);
+  // The LOCAL default diverged under injected faults (docs/benchmarks.md,
+  // "Momentum placement").
+  EXPECT_EQ(gasloc.outer().momentum_placement(),
+            v1::MOMENTUM_PLACEMENT_PSEUDO_GRADIENT);
   EXPECT_FLOAT_EQ(gasloc.training().adamw().beta2(), 0.95f);
 
   spec.mutable_outer()->set_algorithm(v1::ALGORITHM_DPSGD);

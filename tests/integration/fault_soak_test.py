@@ -11,11 +11,10 @@ plus that nothing named gl-<soak pid>- is left (namespace, link, cgroup,
 tmpfs mount, process).
 
 The soak's sixth check, that the validation bpb fell over the run, is
-printed but not asserted here: on this tiny model a killed worker's
-rejoin sets off a lag cascade (partners wait out the exchange deadline,
-fall behind in turn, edges keep failing) and with the default outer
-momentum the models then diverge; docs/benchmarks.md ("Fault-injection
-soak") has the measurement. It is an open finding, not a flake to hide.
+asserted too: with the default momentum placement (PSEUDO_GRADIENT) the
+model trains on through the faults (3.71 -> 2.41 bpb, docs/benchmarks.md
+"Momentum placement"). Under the former default, LOCAL, the same soak
+diverged (3.69 -> 114,818): this test failed then.
 
 Skips (exit 77) with the reason when network namespaces cannot be made.
 
@@ -32,7 +31,6 @@ from netns_checks import (leftovers, processes_using,  # noqa: E402
                           report, skip_unless_namespaces)
 
 FAULTS = 10
-REPORTED_ONLY = {"validation bpb fell"}
 
 
 def main():
@@ -51,7 +49,7 @@ def main():
         output, _ = proc.communicate(timeout=500)
         print(output)
         # 1 is also the soak's answer to a failed check: the checks are
-        # judged one by one below (one of them is only reported).
+        # judged one by one below, so the failure names the check.
         if proc.returncode not in (0, 1):
             failures.append(f"soak exited {proc.returncode}")
         left = leftovers(f"gl-{proc.pid}-")
@@ -69,12 +67,11 @@ def main():
             summary = None
         if summary is not None:
             for name, ok in summary["checks"].items():
-                if name in REPORTED_ONLY:
-                    print(f"reported, not asserted: {name}: {ok} "
-                          f"(val bpb {summary['val_bpb_first']} -> "
-                          f"{summary['val_bpb_last']})")
-                elif not ok:
-                    failures.append(f"soak check failed: {name}")
+                if not ok:
+                    failures.append(
+                        f"soak check failed: {name} (val bpb "
+                        f"{summary['val_bpb_first']} -> "
+                        f"{summary['val_bpb_last']})")
             missing = [k for k, v in summary["by_kind"].items()
                        if v["faults"] == 0]
             if missing:

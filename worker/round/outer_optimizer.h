@@ -8,6 +8,9 @@
 //                               + gamma * (y - y_prev)        (LOCAL)
 //                     theta' = z - alpha * sum_j lambda_ij (z - z_j),
 //                     z = y + gamma * (y - y_prev)             (MIXED)
+//                     theta' = z - alpha * sum_j lambda_ij (z - z_j),
+//                     v' = gamma v + g, z = theta + eta (g + gamma v')
+//                                                   (PSEUDO_GRADIENT)
 //   DiLoCo / local SGD (after an all-reduce gives gbar):
 //                     v' = mu * v + gbar
 //                     theta' = theta + lr * (gbar + mu * v')
@@ -68,8 +71,11 @@ void GossipOuterStep(std::span<const float> y,
 
 // The DiLoCo outer Nesterov step: `momentum` is v_{t-1}, `momentum_next`
 // receives v_t (the caller adopts it once theta_next is accepted).
-// theta_next may alias theta_start; momentum_next must not alias momentum's
-// readers other than itself (it may alias momentum).
+// theta_next may alias theta_start or mean_pseudo_gradient (each element
+// is read before it is written); momentum_next must not alias momentum's
+// readers other than itself (it may alias momentum). GASLoC's
+// PSEUDO_GRADIENT placement runs it on one worker's own pseudo-gradient
+// (lr = eta, mu = gamma) to get the point it gossips.
 void NesterovOuterStep(std::span<const float> theta_start,
                        std::span<const float> mean_pseudo_gradient, float lr,
                        float mu, std::span<const float> momentum,

@@ -149,8 +149,9 @@ class RoundRunner {
   FloatArena& previous_iterate() { return y_prev_; }
   FloatArena& momentum() { return momentum_; }
   // The outer buffer this job's algorithm carries between rounds (what a
-  // joining worker needs): y_{t-1} for gossip, the momentum v for the
-  // all-reduce algorithms.
+  // joining worker needs): y_{t-1} for gossip (LOCAL, MIXED placements),
+  // the momentum v for the all-reduce algorithms and the PSEUDO_GRADIENT
+  // placement.
   FloatArena& outer_state();
   // Rounds completed by this runner (the next round expected is this).
   // RunRound reports an assignment for an earlier round as done with no
@@ -228,7 +229,7 @@ class RoundRunner {
   FloatArena scratch_;
   std::vector<FloatArena> received_;  // one per gossip peer slot
   // What CommitOuterState adopts: y_prev <- y_ (gossip) or momentum <-
-  // scratch_ (all-reduce), or nothing.
+  // scratch_ (all-reduce, PSEUDO_GRADIENT gossip), or nothing.
   enum class PendingOuter { kNone, kPrevIterateFromY, kMomentumFromScratch };
   PendingOuter pending_outer_ = PendingOuter::kNone;
   // Set by a failed ring all-reduce of the current round (its failed

@@ -97,7 +97,8 @@ std::vector<absl::StatusOr<v1::ReportRoundRequest>> RunAll(
 
 TEST(RoundRunner, GossipPairMovesTheWorkersTogether) {
   InProcessNetwork network;
-  const v1::JobSpec spec = Spec(v1::ALGORITHM_GASLOC);
+  v1::JobSpec spec = Spec(v1::ALGORITHM_GASLOC);
+  spec.mutable_outer()->set_momentum_placement(v1::MOMENTUM_PLACEMENT_LOCAL);
   std::vector<std::unique_ptr<SimWorker>> w;
   w.push_back(std::make_unique<SimWorker>(network, 1, spec, +1.0f));
   w.push_back(std::make_unique<SimWorker>(network, 2, spec, -1.0f));
@@ -333,19 +334,20 @@ TEST(RoundRunner, DiLoCoLeavesWorkersBitIdentical) {
   }
 }
 
-// MIXED momentum placement on the complete graph (alpha 1/3, weight 1,
-// eta = lr, gamma = mu) runs the same rounds as DiLoCo: every worker's
-// parameters equal its DiLoCo counterpart's after every round (to float
-// rounding: the ring sums in another order), though the workers pull
-// toward different targets.
-TEST(RoundRunner, MixedPlacementOnTheCompleteGraphEqualsDiLoCoPerWorker) {
+// The MIXED and PSEUDO_GRADIENT momentum placements on the complete graph
+// (alpha 1/3, weight 1, eta = lr, gamma = mu) run the same rounds as
+// DiLoCo: every worker's parameters equal its DiLoCo counterpart's after
+// every round (to float rounding: the ring sums in another order), though
+// the workers pull toward different targets.
+void ExpectCompleteGraphEqualsDiLoCoPerWorker(v1::MomentumPlacement placement) {
+  SCOPED_TRACE(v1::MomentumPlacement_Name(placement));
   InProcessNetwork diloco_net, gossip_net;
   auto diloco = RingWorkers(diloco_net, Spec(v1::ALGORITHM_DILOCO), 0.5f);
   v1::JobSpec spec = Spec(v1::ALGORITHM_GASLOC);
   spec.mutable_outer()->set_eta(0.7f);
   spec.mutable_outer()->set_gamma(0.9f);
   spec.mutable_outer()->set_topology(v1::TOPOLOGY_COMPLETE);
-  spec.mutable_outer()->set_momentum_placement(v1::MOMENTUM_PLACEMENT_MIXED);
+  spec.mutable_outer()->set_momentum_placement(placement);
   auto gossip = RingWorkers(gossip_net, spec, 0.5f);
   for (uint64_t round = 0; round < 4; ++round) {
     ASSERT_NO_FATAL_FAILURE(RunRingRound(diloco, round, 4));
@@ -365,6 +367,65 @@ TEST(RoundRunner, MixedPlacementOnTheCompleteGraphEqualsDiLoCoPerWorker) {
             << "worker " << i + 1 << " round " << round << " element " << k;
     }
   }
+}
+
+TEST(RoundRunner, MixedPlacementOnTheCompleteGraphEqualsDiLoCoPerWorker) {
+  ExpectCompleteGraphEqualsDiLoCoPerWorker(v1::MOMENTUM_PLACEMENT_MIXED);
+}
+
+TEST(RoundRunner, PseudoGradientPlacementOnTheCompleteGraphEqualsDiLoCoPerWorker) {
+  ExpectCompleteGraphEqualsDiLoCoPerWorker(
+      v1::MOMENTUM_PLACEMENT_PSEUDO_GRADIENT);
+}
+
+// The fault case the soak found (docs/benchmarks.md, "Fault-injection
+// soak"): two workers that start apart and do no inner steps reach
+// consensus in one gossip round (alpha 1/2), then lose their edges for
+// three rounds. Nothing trains, so nothing should move. LOCAL and MIXED
+// carry the mixing jump forward in y - y_prev: the workers part again and
+// end 0.9 + 0.81 + 0.729 = 2.44 times as far apart as they started.
+// PSEUDO_GRADIENT's momentum holds only pseudo-gradients (zero here), so
+// the consensus stays.
+double DistanceAfterConsensusThenFailedEdges(v1::MomentumPlacement placement) {
+  InProcessNetwork network;
+  v1::JobSpec spec = Spec(v1::ALGORITHM_GASLOC);
+  spec.mutable_outer()->set_gamma(0.9f);
+  spec.mutable_outer()->set_momentum_placement(placement);
+  FakeTrainer t1(FakeLayout(), 0.0f), t2(FakeLayout(), 0.0f);
+  for (size_t k = 0; k < t2.params().size(); ++k) t2.params().data()[k] += 1.0f;
+  const double start = L2Distance(t1.params().flat(), t2.params().flat());
+  auto x1 = network.Join(1), x2 = network.Join(2);
+  RoundRunner r1({kJob, spec, {}}, &t1, x1.get(), &RealClock::Get());
+  RoundRunner r2({kJob, spec, {}}, &t2, x2.get(), &RealClock::Get());
+  for (uint64_t round = 0; round < 4; ++round) {
+    const bool gossip = round == 0;
+    absl::StatusOr<v1::ReportRoundRequest> a = absl::UnknownError("not run");
+    absl::StatusOr<v1::ReportRoundRequest> b = a;
+    std::thread other([&] {
+      b = r2.RunRound(GossipAssignment(round, 2, gossip ? std::vector<uint64_t>{1}
+                                                        : std::vector<uint64_t>{},
+                                       0.5f, 0));
+    });
+    a = r1.RunRound(GossipAssignment(round, 1, gossip ? std::vector<uint64_t>{2}
+                                                      : std::vector<uint64_t>{},
+                                     0.5f, 0));
+    other.join();
+    EXPECT_TRUE(a.ok() && b.ok());
+    if (round == 0)
+      EXPECT_LT(L2Distance(t1.params().flat(), t2.params().flat()), 1e-5 * start);
+  }
+  return L2Distance(t1.params().flat(), t2.params().flat()) / start;
+}
+
+TEST(RoundRunner, PseudoGradientMomentumDoesNotRepeatAConsensusStep) {
+  EXPECT_LT(DistanceAfterConsensusThenFailedEdges(
+                v1::MOMENTUM_PLACEMENT_PSEUDO_GRADIENT),
+            1e-5);
+  // What the other placements do (the mechanism, measured): 2.44x apart.
+  EXPECT_NEAR(DistanceAfterConsensusThenFailedEdges(v1::MOMENTUM_PLACEMENT_LOCAL),
+              2.439, 1e-3);
+  EXPECT_NEAR(DistanceAfterConsensusThenFailedEdges(v1::MOMENTUM_PLACEMENT_MIXED),
+              2.439, 1e-3);
 }
 
 // Worker 1's all-reduce fails at the last step of round 1 while workers 2
@@ -542,6 +603,11 @@ TEST(RoundRunner, FarAwayModelIsRefusedAndCounted) {
   FloatArena& attacker = w[1]->trainer.params();
   const std::vector<float> honest(attacker.flat().begin(),
                                   attacker.flat().end());
+  // Its outer state too: the poisoned round's pseudo-gradient enters the
+  // PSEUDO_GRADIENT momentum, which the next round's gossiped point holds.
+  FloatArena& attacker_outer = w[1]->runner.outer_state();
+  const std::vector<float> honest_outer(attacker_outer.flat().begin(),
+                                        attacker_outer.flat().end());
   for (float& v : attacker.flat()) v = 1000.0f;
   auto poisoned = RunAll(w, {GossipAssignment(round, 1, {2}, 0.5f, 3),
                              GossipAssignment(round, 2, {1}, 0.5f, 3)});
@@ -557,6 +623,8 @@ TEST(RoundRunner, FarAwayModelIsRefusedAndCounted) {
   for (float v : w[0]->trainer.params().flat()) ASSERT_LT(std::abs(v), 10.0f);
   // Honest again: the edge is used by both ends.
   std::copy(honest.begin(), honest.end(), attacker.flat().begin());
+  std::copy(honest_outer.begin(), honest_outer.end(),
+            attacker_outer.flat().begin());
   ++round;
   auto after = RunAll(w, {GossipAssignment(round, 1, {2}, 0.5f, 3),
                           GossipAssignment(round, 2, {1}, 0.5f, 3)});
@@ -774,7 +842,7 @@ TEST(RoundRunner, InstallFetchedModelAdoptsEveryPart) {
     return std::vector<float>(a.flat().begin(), a.flat().end());
   };
   EXPECT_EQ(as_vector(trainer.params()), model.params);
-  EXPECT_EQ(as_vector(runner.previous_iterate()), model.outer_state);
+  EXPECT_EQ(as_vector(runner.outer_state()), model.outer_state);
   EXPECT_EQ(as_vector(*trainer.optimizer_m()), model.optimizer_m);
   EXPECT_EQ(as_vector(*trainer.optimizer_v()), model.optimizer_v);
   EXPECT_EQ(trainer.optimizer_step(), 77u);
