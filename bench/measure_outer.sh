@@ -27,7 +27,8 @@
 #                     (default gasloc50,diloco50,dpsgd1,gasloc1,solo);
 #                     @ETA/GAMMA sets GASLoC's outer step and momentum,
 #                     +local, +mixed or +pg its momentum placement (LOCAL,
-#                     MIXED, PSEUDO_GRADIENT)
+#                     MIXED, PSEUDO_GRADIENT), then +2p for two random
+#                     peers a round (e.g. gasloc50+pg+2p)
 #     --seeds N       seeds per configuration (default 3), from --first-seed
 #     --first-seed N  (default 1)
 #     --workers N     workers per cluster (default 4)
@@ -96,6 +97,7 @@ cluster_run() {
   local corpus="$1" config="$2" seed="$3"
   local algo="${config%%[0-9]*}" rest="${config#"${config%%[0-9]*}"}"
   local extra=()
+  if [[ "$rest" == *+2p ]]; then rest="${rest%+2p}"; extra+=(--topology two_peer); fi
   if [[ "$rest" == *+mixed ]]; then rest="${rest%+mixed}"; extra+=(--placement mixed); fi
   if [[ "$rest" == *+local ]]; then rest="${rest%+local}"; extra+=(--placement local); fi
   if [[ "$rest" == *+pg ]]; then rest="${rest%+pg}"; extra+=(--placement pseudo_gradient); fi

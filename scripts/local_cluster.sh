@@ -26,6 +26,8 @@
 #                        spec's defaults, 0.7 and 0.9)
 #     --placement P      GASLoC momentum placement: local, mixed or
 #                        pseudo_gradient (default: the job spec's)
+#     --topology T       gossip graph of a round: one_peer, two_peer, ring
+#                        or complete (default: the job spec's, one_peer)
 #     --no-sample        do not print a generated sample at the end
 #     --build DIR        build folder (default build/release)
 #     --run-dir DIR      where logs, state and checkpoints go
@@ -85,6 +87,13 @@ while [ $# -gt 0 ]; do
       case "${2:-}" in
         local|mixed|pseudo_gradient) outer_json+=", \"momentumPlacement\": \"MOMENTUM_PLACEMENT_${2^^}\"" ;;
         *) echo "local_cluster: --placement wants local, mixed or pseudo_gradient, got '${2:-}'" >&2; exit 2 ;;
+      esac
+      shift 2 ;;
+    --topology)
+      case "${2:-}" in
+        one_peer|two_peer) outer_json+=", \"topology\": \"TOPOLOGY_RANDOM_${2^^}\"" ;;
+        ring|complete) outer_json+=", \"topology\": \"TOPOLOGY_${2^^}\"" ;;
+        *) echo "local_cluster: --topology wants one_peer, two_peer, ring or complete, got '${2:-}'" >&2; exit 2 ;;
       esac
       shift 2 ;;
     -h|--help) sed -n '2,/^set -e/{/^#/p}' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
