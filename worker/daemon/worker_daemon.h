@@ -139,7 +139,7 @@ class WorkerDaemon {
   // drop the job (STOP), or nothing (NONE); backs off after an error.
   void PollOnce();
 
-  // A copy of the current model of `job_id` (params and y_{t-1}) taken
+  // A copy of the current model of `job_id` (params and outer state) taken
   // between rounds, for a joining worker's FetchModel; FAILED_PRECONDITION
   // if this worker holds no model of that job. All-reduce jobs serve the
   // copy kept after the last round at once (even while a round runs), so
