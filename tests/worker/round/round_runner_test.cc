@@ -411,8 +411,9 @@ double DistanceAfterConsensusThenFailedEdges(v1::MomentumPlacement placement) {
                                      0.5f, 0));
     other.join();
     EXPECT_TRUE(a.ok() && b.ok());
-    if (round == 0)
+    if (round == 0) {
       EXPECT_LT(L2Distance(t1.params().flat(), t2.params().flat()), 1e-5 * start);
+    }
   }
   return L2Distance(t1.params().flat(), t2.params().flat()) / start;
 }
