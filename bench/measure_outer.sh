@@ -280,6 +280,12 @@ for corpus in "${corpora[@]}"; do
       sep=", "
     done
   }
+  # Log scale only when some distance is positive (gnuplot refuses a log
+  # plot whose points are all 0: DiLoCo alone, or two always-paired
+  # GASLoC workers, which average exactly).
+  consensus_scale="set logscale y"
+  awk '!/^#/ && $7 + 0 > 0 { found = 1 } END { exit !found }' "${files[@]}" ||
+    consensus_scale="set yrange [-1:1]"
   gnuplot <<GP
 set terminal pngcairo size 900,600 noenhanced
 set grid
@@ -295,7 +301,7 @@ plot $(plots 2 3 4)
 set output "$out/$name-consensus.png"
 set title "$name: consensus distance (1/n) sum ||theta_i - theta_bar||^2"
 set xlabel "tokens (all workers)"; set ylabel "squared L2"
-set logscale y
+$consensus_scale
 plot $(plots 1 7 8)
 GP
 done

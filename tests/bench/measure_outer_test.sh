@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
-# bench/measure_outer.sh end to end at the smallest scale (2 workers, 4
+# bench/measure_outer.sh end to end at the smallest scale (3 workers, 4
 # steps, 2 evaluations, 1 seed; DiLoCo, GASLoC and the solo reference):
 # the CSVs and the three PNGs exist, DiLoCo's consensus distance is
-# exactly 0 (bit-identical replicas), GASLoC's is positive, and the solo
-# run trained as many tokens as the cluster.
+# exactly 0 (bit-identical replicas), GASLoC's is positive (3 workers: one
+# sits out each round's matching; two would always be paired and, with
+# the PSEUDO_GRADIENT momentum, average exactly), and the solo run
+# trained as many tokens as the cluster.
 # Usage: measure_outer_test.sh SOURCE_DIR BUILD_DIR
 set -euo pipefail
 src="$1"; build="$(realpath "$2")"
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
-bash "$src/bench/measure_outer.sh" --workers 2 --steps 4 --evals 2 --seeds 1 \
+bash "$src/bench/measure_outer.sh" --workers 3 --steps 4 --evals 2 --seeds 1 \
   --configs diloco2,gasloc2,solo --build "$build" --out "$out" \
   "$src/tests/data/tinyshakespeare.txt" > "$out/log" 2>&1 ||
   { cat "$out/log"; echo "measure_outer_test: the script failed" >&2; exit 1; }
