@@ -103,12 +103,14 @@ ExchangeOptions RoundRunner::MakeExchangeOptions() const {
   return options;
 }
 
-FloatArena& RoundRunner::outer_state() {
+bool RoundRunner::KeepsPreviousIterate() const {
   const v1::OuterSpec& outer = options_.spec.outer();
-  const bool keeps_previous_iterate =
-      IsGossipAlgorithm(outer.algorithm()) &&
-      outer.momentum_placement() != v1::MOMENTUM_PLACEMENT_PSEUDO_GRADIENT;
-  return keeps_previous_iterate ? y_prev_ : momentum_;
+  return IsGossipAlgorithm(outer.algorithm()) &&
+         outer.momentum_placement() != v1::MOMENTUM_PLACEMENT_PSEUDO_GRADIENT;
+}
+
+FloatArena& RoundRunner::outer_state() {
+  return KeepsPreviousIterate() ? y_prev_ : momentum_;
 }
 
 absl::Status RoundRunner::InstallFetchedModel(const FetchedModel& model) {
@@ -400,22 +402,21 @@ void RoundRunner::GossipExchange(const v1::Assignment& assignment,
   // point z = y + gamma (y - y_prev) in scratch_ (MIXED); or the Nesterov
   // point z = theta + eta (g + gamma v') in y_, v' in scratch_
   // (PSEUDO_GRADIENT, whose update is then plain mixing of z).
-  const v1::MomentumPlacement placement = outer.momentum_placement();
-  float gamma_after_mixing = outer.gamma();
-  if (placement == v1::MOMENTUM_PLACEMENT_PSEUDO_GRADIENT) {
+  const bool pseudo_gradient_momentum = !KeepsPreviousIterate();
+  const bool mixed =
+      outer.momentum_placement() == v1::MOMENTUM_PLACEMENT_MIXED;
+  if (pseudo_gradient_momentum) {
     PseudoGradient(theta_start_.flat(), params.flat(), y_.flat());
     NesterovOuterStep(theta_start_.flat(), y_.flat(), outer.eta(),
                       outer.gamma(), momentum_.flat(), scratch_.flat(),
                       y_.flat());
-    gamma_after_mixing = 0;
   } else {
     PostLocalIterate(theta_start_.flat(), params.flat(), outer.eta(), y_.flat());
-    if (placement == v1::MOMENTUM_PLACEMENT_MIXED)
+    if (mixed)
       ExtrapolatedPoint(y_.flat(), y_prev_.flat(), outer.gamma(),
                         scratch_.flat());
   }
-  const std::span<const float> gossiped =
-      placement == v1::MOMENTUM_PLACEMENT_MIXED ? scratch_.flat() : y_.flat();
+  const std::span<const float> gossiped = mixed ? scratch_.flat() : y_.flat();
 
   const int peer_count = assignment.peers_size();
   while (static_cast<int>(received_.size()) < peer_count)
@@ -525,16 +526,16 @@ void RoundRunner::GossipExchange(const v1::Assignment& assignment,
                         << report->failed_peers_size()
                         << " peer(s): " << failure;
   }
-  // PSEUDO_GRADIENT: y_ holds z and gamma_after_mixing is 0, so this is
-  // theta' = z - alpha sum_j lambda_ij (q(z) - z_j).
+  // PSEUDO_GRADIENT: y_ holds z and no momentum follows the mixing, so
+  // this is theta' = z - alpha sum_j lambda_ij (q(z) - z_j).
   GossipOuterStep(
-      y_.flat(), neighbors, assignment.alpha(), gamma_after_mixing,
-      gamma_after_mixing == 0 ? y_.flat() : y_prev_.flat(), params.flat(),
+      y_.flat(), neighbors, assignment.alpha(),
+      pseudo_gradient_momentum ? 0.0f : outer.gamma(),
+      pseudo_gradient_momentum ? y_.flat() : y_prev_.flat(), params.flat(),
       {.sent = gossiped,
        .bf16 = options_.spec.exchange().encoding() == v1::WIRE_ENCODING_BF16});
-  pending_outer_ = placement == v1::MOMENTUM_PLACEMENT_PSEUDO_GRADIENT
-                       ? PendingOuter::kMomentumFromScratch
-                       : PendingOuter::kPrevIterateFromY;
+  pending_outer_ = pseudo_gradient_momentum ? PendingOuter::kMomentumFromScratch
+                                            : PendingOuter::kPrevIterateFromY;
   const double exchange_seconds = Seconds(clock_->Now() - start);
   report->set_exchange_seconds(exchange_seconds);
   // Waiting = everything in the exchange that was not bytes moving; without

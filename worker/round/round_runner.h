@@ -153,6 +153,9 @@ class RoundRunner {
   // the momentum v for the all-reduce algorithms and the PSEUDO_GRADIENT
   // placement.
   FloatArena& outer_state();
+  // True when that buffer is y_{t-1} (gossip under LOCAL or MIXED), false
+  // when it is the momentum v (all-reduce, PSEUDO_GRADIENT gossip).
+  bool KeepsPreviousIterate() const;
   // Rounds completed by this runner (the next round expected is this).
   // RunRound reports an assignment for an earlier round as done with no
   // inner steps (evaluated if due) and leaves the model unchanged.
