@@ -1,11 +1,14 @@
 #include "common/job_spec.h"
 
 #include <cmath>
+#include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "common/utf8.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
 #include "google/protobuf/util/json_util.h"
@@ -41,6 +44,12 @@ absl::Status CheckPath(absl::string_view field, absl::string_view path) {
   if (path.find('\0') != absl::string_view::npos)
     return absl::InvalidArgumentError(
         absl::StrCat(field, " must not contain a NUL byte"));
+  // proto3 strings are UTF-8: the coordinator could not even parse it.
+  if (std::optional<size_t> bad = FirstInvalidUtf8(path))
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, " must be UTF-8; byte ", *bad, " (0x",
+        absl::Hex(static_cast<uint8_t>(path[*bad]), absl::kZeroPad2),
+        ") is not"));
   return absl::OkStatus();
 }
 

@@ -42,6 +42,9 @@ PACKAGES=(
   # test CA and certificates for mutual TLS (scripts/make_test_certs.sh:
   # tests/server/auth_test, scripts/local_cluster.sh)
   openssl
+  # libFuzzer targets of the decoders and request handlers (tests/fuzz,
+  # preset fuzz): libFuzzer and its sanitizers ship with Debian's clang
+  clang libclang-rt-14-dev
 )
 
 missing=()

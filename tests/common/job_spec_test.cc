@@ -172,6 +172,30 @@ TEST(JobSpec, ParseErrorsNameTheProblem) {
   EXPECT_THAT(std::string(text.status().message()), HasSubstr("layerz"));
 }
 
+// Found by tests/fuzz/job_spec_fuzzer: the text format accepts a path that
+// is not UTF-8, ValidateJobSpec passed it, and the coordinator could then
+// not even parse the StartJob request (proto3 strings are UTF-8), so the
+// operator saw "failed to parse" instead of the field.
+TEST(JobSpec, PathsThatAreNotUtf8AreRefusedNamingTheField) {
+  auto parsed = ParseJobSpec(
+      "name: \"t\"\ndata { corpus_path: \"/data/c\\377rpus.txt\" }\n"
+      "stop { max_rounds: 3 }\n");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  absl::Status status = ValidateJobSpec(*parsed);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()),
+              ::testing::StartsWith("data.corpus_path must be UTF-8; byte 7 "
+                                    "(0xff) is not"));
+  v1::JobSpec spec = *parsed;
+  spec.mutable_data()->set_corpus_path("/data/corpus.txt");
+  spec.mutable_checkpoint()->set_directory("/var/\xed\xa0\x80");
+  status = ValidateJobSpec(spec);
+  EXPECT_THAT(std::string(status.message()),
+              ::testing::StartsWith("checkpoint.directory must be UTF-8"));
+  spec.mutable_checkpoint()->set_directory("/var/lib/gasloc/\xc3\xa9t\xc3\xa9");
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+}
+
 TEST(JobSpec, ParameterCountMatchesTheFormula) {
   v1::ModelSpec m;
   m.set_layers(4);
