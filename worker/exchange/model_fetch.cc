@@ -166,7 +166,9 @@ absl::Status ModelAssembler::Add(const v1::ExchangeChunk& chunk) {
 }
 
 absl::StatusOr<FetchedModel> ModelAssembler::Finish() {
-  const int complete_parts = part_complete_ ? part_ + 1 : part_;
+  // Complete = the last part received is finished and is OUTER_STATE or
+  // OPTIMIZER_V: a started optimizer part must be finished too.
+  const int complete_parts = part_complete_ ? part_ + 1 : 0;
   if (complete_parts != kRequiredParts && complete_parts != kNumParts)
     return absl::UnavailableError(absl::StrCat(
         "model fetch incomplete: ",

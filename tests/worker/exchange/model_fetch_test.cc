@@ -184,6 +184,18 @@ TEST(ModelFetch, RejectsHalfAnOptimizerState) {
     EXPECT_THAT(model.status().message(), HasSubstr("OPTIMIZER_M"));
   }
   {
+    // Cut inside OPTIMIZER_M (found by tests/fuzz/model_fetch_fuzzer): the
+    // two required parts are complete, but a started optimizer part must
+    // be finished too, or the joiner installs a zero-filled half of m and
+    // no v.
+    ModelAssembler assembler(6, 9);
+    for (int i = 0; i < 9; ++i) ASSERT_TRUE(assembler.Add(chunks[i]).ok());
+    auto model = assembler.Finish();
+    EXPECT_EQ(model.status().code(), absl::StatusCode::kUnavailable);
+    EXPECT_THAT(model.status().message(),
+                HasSubstr("stopped in OPTIMIZER_M at element 256"));
+  }
+  {
     // The two moments must be of the same AdamW step.
     ModelAssembler assembler(6, 9);
     for (int i = 0; i < 12; ++i) ASSERT_TRUE(assembler.Add(chunks[i]).ok());
