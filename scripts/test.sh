@@ -4,7 +4,10 @@
 #   bash scripts/test.sh                 unit + integration tests
 #   bash scripts/test.sh --sanitizers    also builds the asan preset
 #                                        (AddressSanitizer + UBSan) and runs
-#                                        the unit tests under it (CI does)
+#                                        the unit tests under it, and the
+#                                        fuzz preset (clang, libFuzzer) and
+#                                        runs each fuzz target for 20 s
+#                                        from its seeds (CI does both)
 #   bash scripts/test.sh -R REGEX ...    anything else is passed to ctest
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,4 +33,7 @@ if [ "$sanitizers" = true ]; then
   # Third-party leaks that live until exit (tests/support/lsan.supp says why).
   LSAN_OPTIONS="suppressions=$PWD/tests/support/lsan.supp" \
     ctest --preset asan -j "$(nproc)" -LE integration "${ctest_args[@]}"
+  echo "test.sh: fuzz targets, briefly (preset fuzz; docs/fuzzing.md)"
+  bash scripts/build.sh fuzz
+  ctest --preset fuzz -j "$(nproc)" "${ctest_args[@]}"
 fi

@@ -4,7 +4,8 @@
 //     void WriteSeeds(gasloc::fuzz::SeedWriter& seeds);
 // and GASLOC_FUZZ_SEEDS() adds libFuzzer's LLVMFuzzerInitialize, which,
 // when GASLOC_FUZZ_WRITE_SEEDS names a directory, writes every seed there
-// and exits. ctest <target>_seeds_current checks that the committed corpus
+// and exits. It also keeps gasloc's INFO and WARNING logs out of the run
+// (millions of "refused" lines), unless GASLOC_FUZZ_TRACE is set. ctest <target>_seeds_current checks that the committed corpus
 // is what the target writes today (docs/fuzzing.md).
 //
 // Thread safety: used once, before fuzzing starts.
@@ -16,6 +17,8 @@
 #include <fstream>
 #include <string>
 #include <string_view>
+
+#include "common/log.h"
 
 namespace gasloc::fuzz {
 
@@ -48,6 +51,8 @@ void WriteSeeds(SeedWriter& seeds);
       gasloc::fuzz::WriteSeeds(writer);                                    \
       std::exit(0);                                                        \
     }                                                                      \
+    if (std::getenv("GASLOC_FUZZ_TRACE") == nullptr)                       \
+      gasloc::SetMinLogLevel(gasloc::LogLevel::kERROR);                    \
     return 0;                                                              \
   }
 
