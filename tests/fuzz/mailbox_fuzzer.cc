@@ -207,9 +207,13 @@ class MailboxFuzz {
     const size_t s = in_.TakeInRange(0, streams_.size() - 1);
     const v1::ExchangeChunk chunk = MakeChunk();
     Mailbox::InboundStream& stream = *streams_[s];
+    const bool committed_before = stream.committed();
     const absl::Status status = stream.Accept(
         chunk, clock_.Now() + absl::Milliseconds(in_.TakeInRange(0, 100)));
-    if (stream.committed()) {
+    // This chunk committed the stream's transfer: the open receive of its
+    // key and sender (a receive of the same key registered after the
+    // committed one was awaited is another transfer).
+    if (!committed_before && stream.committed()) {
       for (auto& r : receives_)
         if (!r->awaited && r->peer == stream.sender_id() &&
             SameKey(r->key, stream.key()))
