@@ -143,6 +143,7 @@ class SoakRun(harness.Run):
         self.job_round = 0
         self.mounts = {}       # worker index -> tmpfs path
         self.soak_error = None
+        self.stopped_by_soak = False
 
     def job_spec(self):
         spec = super().job_spec()
@@ -409,11 +410,38 @@ class SoakRun(harness.Run):
                 raise harness.HarnessError(self.soak_error)
             return
         k = len(self.faults)
-        if k >= len(self.plan) or self.job_round < self.target_round(k):
+        if k >= len(self.plan):
+            self.stop_after_tail()
+            return
+        if self.job_round < self.target_round(k):
             return
         if len(self.live_indices()) < len(self.sc.workers):
             return  # a worker is still starting
         self.inject(self.plan[k])
+
+    def stop_after_tail(self):
+        """Stops the job --tail job rounds after the last fault recovered.
+
+        The end is set by the faults, not by a round fixed in advance:
+        recoveries shift the later faults (a partition or a killed
+        exchange can take 20 job rounds), and a fixed stop.max_rounds let
+        the job finish before the last fault was injected (CI, 9 of 10).
+        stop.max_rounds stays as a bound on a run whose faults never end.
+        """
+        if self.stopped_by_soak or not self.faults or \
+                self.job_round < self.faults[-1]["round_recovered"] + \
+                self.args.tail:
+            return
+        try:
+            self.ctl("job", "stop", str(self.job_id),
+                     f"--reason=fault soak: {len(self.faults)} fault(s) "
+                     f"recovered and {self.args.tail} rounds after the last")
+        except harness.HarnessError as e:
+            log(f"stopping the job failed, retrying: {e}")
+            return
+        self.stopped_by_soak = True
+        log(f"job stopped at job round {self.job_round}, "
+                    f"{self.args.tail} rounds after the last fault recovered")
 
     # -- results -----------------------------------------------------------
     def check_checkpoints(self):
@@ -499,7 +527,10 @@ class SoakRun(harness.Run):
             "error": self.soak_error,
         }
         checks = {
-            "job finished": state == "JOB_STATE_FINISHED",
+            # The soak's own stop ends a run once the faults are done;
+            # the job reaching stop.max_rounds first is fine as well.
+            "job finished": state == "JOB_STATE_FINISHED" or (
+                state == "JOB_STATE_STOPPED" and self.stopped_by_soak),
             "every fault injected": len(self.faults) == len(self.plan),
             "no hang": hangs == 0,
             "no corrupt checkpoint": not corrupt and loaded > 0,
@@ -562,12 +593,13 @@ def parse_args(argv):
     p.add_argument("--first-round", type=int, default=3,
                    help="job round of the first fault")
     p.add_argument("--tail", type=int, default=12,
-                   help="rounds the job runs on after the last fault's "
-                   "target round (sets stop.max_rounds unless --rounds)")
+                   help="job rounds the job runs on after the last fault "
+                   "recovered; then the soak stops it")
     p.add_argument("--fault-deadline", type=float, default=120,
                    help="seconds a fault may take to recover (else a hang)")
     p.add_argument("--rounds", type=int, default=None,
-                   help="stop.max_rounds (default: from the faults)")
+                   help="stop.max_rounds, a bound only (default: twice "
+                   "the faults' grid plus --tail)")
     p.add_argument("--gamma", type=float, default=None,
                    help="the job's outer.gamma (GASLoC momentum; default: "
                    "the job spec's default)")
@@ -588,7 +620,9 @@ def parse_args(argv):
         p.error(f"--kinds: unknown {unknown}; known: {', '.join(KINDS)}")
     args.algorithm, args.corpus, args.cleanup = "gasloc", None, False
     if args.rounds is None:
-        args.rounds = (args.first_round + args.faults * args.spacing +
+        # A bound: the soak stops the job --tail rounds after the last
+        # fault recovered, wherever recoveries shifted it to.
+        args.rounds = (args.first_round + 2 * args.faults * args.spacing +
                        args.tail)
     return args
 

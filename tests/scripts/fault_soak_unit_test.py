@@ -39,7 +39,7 @@ class ArgsTest(unittest.TestCase):
     def test_rounds_follow_the_faults(self):
         args = fault_soak.parse_args(["s.yaml", "--faults", "10",
                                       "--spacing", "15", "--tail", "8"])
-        self.assertEqual(args.rounds, 3 + 10 * 15 + 8)
+        self.assertEqual(args.rounds, 3 + 2 * 10 * 15 + 8)  # a bound only
         self.assertEqual(args.kinds, list(fault_soak.KINDS))
         self.assertIsNone(args.gamma)  # the job spec's default
         self.assertEqual(fault_soak.parse_args(
@@ -50,6 +50,55 @@ class ArgsTest(unittest.TestCase):
         with contextlib.redirect_stderr(err), self.assertRaises(SystemExit):
             fault_soak.parse_args(["s.yaml", "--kinds", "kill_inner,meteor"])
         self.assertIn("meteor", err.getvalue())
+
+
+class StopAfterTailTest(unittest.TestCase):
+    """The soak ends the job --tail rounds after the last fault recovered,
+    not at a round fixed in advance (CI: recoveries shifted the tenth fault
+    past a fixed stop.max_rounds, and it was never injected)."""
+
+    def run_at(self, job_round, recovered_at=117, faults=1, plan=1):
+        run = fault_soak.SoakRun.__new__(fault_soak.SoakRun)
+        run.args = fault_soak.parse_args(["s.yaml", "--tail", "20"])
+        run.plan = ["partition"] * plan
+        run.faults = [{"round_recovered": recovered_at}] * faults
+        run.active, run.job_round, run.job_id = None, job_round, 1
+        run.stopped_by_soak = False
+        calls = []
+        run.ctl = lambda *argv: calls.append(argv) or {}
+        with contextlib.redirect_stdout(io.StringIO()):
+            run.stop_after_tail()
+        return run, calls
+
+    def test_stops_once_the_tail_has_run(self):
+        run, calls = self.run_at(job_round=137)
+        self.assertTrue(run.stopped_by_soak)
+        self.assertEqual(calls[0][:3], ("job", "stop", "1"))
+
+    def test_runs_on_during_the_tail(self):
+        run, calls = self.run_at(job_round=136)
+        self.assertFalse(run.stopped_by_soak)
+        self.assertEqual(calls, [])
+
+    def test_a_failed_stop_is_tried_again(self):
+        run = fault_soak.SoakRun.__new__(fault_soak.SoakRun)
+        run.args = fault_soak.parse_args(["s.yaml", "--tail", "0"])
+        run.faults, run.job_round, run.job_id = [{"round_recovered": 5}], 9, 1
+        run.stopped_by_soak = False
+
+        def unreachable(*argv):
+            raise fault_soak.harness.HarnessError("coordinator restarting")
+        run.ctl = unreachable
+        with contextlib.redirect_stdout(io.StringIO()):
+            run.stop_after_tail()
+        self.assertFalse(run.stopped_by_soak)
+
+    def test_the_round_bound_leaves_room_for_shifted_faults(self):
+        args = fault_soak.parse_args(["s.yaml", "--faults", "10",
+                                      "--spacing", "10", "--tail", "20"])
+        # The CI run that failed: the ninth fault recovered at job round
+        # 121 (grid 93), so the tenth was due at 123 = the old bound.
+        self.assertGreater(args.rounds, 121 + args.gap + 20 + 10)
 
 
 class CreateWatchTest(unittest.TestCase):
