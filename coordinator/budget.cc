@@ -24,9 +24,17 @@ std::string Budget::Reason() const {
     case Basis::kAdaptive:
       break;
   }
-  const char* bound = raw_steps <= min_steps       ? " (floor H_min)"
-                      : raw_steps >= nominal_steps ? " (ceiling H)"
-                                                   : "";
+  const uint32_t ceiling = std::max(nominal_steps, max_steps);
+  std::string bound;
+  if (raw_steps <= min_steps) {
+    bound = " (floor H_min)";
+  } else if (raw_steps >= ceiling) {
+    bound = ceiling == nominal_steps
+                ? std::string(" (ceiling H)")
+                : absl::StrFormat(" (ceiling H_max=%u)", ceiling);
+  } else if (raw_steps > nominal_steps) {
+    bound = absl::StrFormat(" (above H=%u)", nominal_steps);
+  }
   std::string link;
   if (!link_known) {
     link = " (typical; link not measured)";
@@ -35,9 +43,10 @@ std::string Budget::Reason() const {
                            bound_bytes_per_second / 1e6);
   }
   std::string out = absl::StrFormat(
-      "s_i=%.3g steps/s (%.2fx fastest), c_i=%.3g s%s, T=%.3g s: H_i=%u%s",
+      "s_i=%.3g steps/s (%.2fx fastest), c_i=%.3g s%s, T=%.3g s%s: H_i=%u%s",
       steps_per_second, steps_per_second / fastest_steps_per_second,
       exchange_seconds, link, target_seconds,
+      target_from_floor ? " (an exchange H_min cannot shorten)" : "",
       guard == Guard::kDeadBand ? previous_steps : local_steps, bound);
   if (guard == Guard::kDeadBand) {
     absl::StrAppend(&out, "; kept H_i=", local_steps, ": the formula's ",
@@ -59,10 +68,12 @@ BudgetPlan PlanBudgets(const std::vector<WorkerRates>& workers,
   };
   const uint32_t nominal = options.nominal_steps;
   const uint32_t floor = std::min(options.min_steps, nominal);
+  const uint32_t ceiling = std::max(options.max_steps, nominal);
   Budget nominal_budget;
   nominal_budget.local_steps = nominal;
   nominal_budget.nominal_steps = nominal;
   nominal_budget.min_steps = floor;
+  nominal_budget.max_steps = ceiling;
   plan.budgets.assign(workers.size(), nominal_budget);
   for (size_t i = 0; i < workers.size(); ++i) {
     plan.budgets[i].bytes_per_second = std::max(0.0, workers[i].bytes_per_second);
@@ -95,7 +106,8 @@ BudgetPlan PlanBudgets(const std::vector<WorkerRates>& workers,
     std::nth_element(known.begin(), mid, known.end());
     c_typ = *mid;
   }
-  // T: the earliest finish of a measured worker doing the nominal H, over
+  // T: the earliest finish of a measured worker doing the nominal H, but
+  // not before the latest finish of one doing H_min (header comment), over
   // the workers that have someone to meet (a member without peers this
   // round, the odd one out of a matching, waits for nobody).
   auto meets_someone = [&](size_t i) {
@@ -106,7 +118,7 @@ BudgetPlan PlanBudgets(const std::vector<WorkerRates>& workers,
   for (size_t i = 0; i < workers.size(); ++i)
     any_meets =
         any_meets || (workers[i].steps_per_second > 0 && meets_someone(i));
-  double target = 0;
+  double target = 0, floor_target = 0;
   bool first = true;
   for (size_t i = 0; i < workers.size(); ++i) {
     if (!(workers[i].steps_per_second > 0)) continue;
@@ -115,9 +127,24 @@ BudgetPlan PlanBudgets(const std::vector<WorkerRates>& workers,
     const double t = nominal / workers[i].steps_per_second + c;
     target = first ? t : std::min(target, t);
     first = false;
+    const double t_floor = floor / workers[i].steps_per_second + c;
+    if (t_floor > floor_target) {
+      floor_target = t_floor;
+      plan.floor_bound_index = static_cast<int64_t>(i);
+    }
+  }
+  plan.target_from_floor = floor_target > target;
+  if (plan.target_from_floor) {
+    target = floor_target;
+  } else {
+    plan.floor_bound_index = -1;
   }
   plan.target_round_seconds = target;
   plan.typical_exchange_seconds = c_typ;
+  // Above H only to fill a round that the floor term lengthened (a worker
+  // without peers, c_i = 0, would otherwise get more than H in a
+  // homogeneous cluster).
+  const uint32_t top = plan.target_from_floor ? ceiling : nominal;
   const double dead_band =
       std::max(1.0, options.dead_band_fraction * static_cast<double>(nominal));
 
@@ -136,11 +163,12 @@ BudgetPlan PlanBudgets(const std::vector<WorkerRates>& workers,
       b.bound_bytes_per_second = r.exchange.bound_bytes_per_second;
     }
     b.target_seconds = target;
+    b.target_from_floor = plan.target_from_floor;
     b.raw_steps = std::round((target - b.exchange_seconds) * w.steps_per_second);
     b.local_steps = static_cast<uint32_t>(std::clamp(
-        b.raw_steps, static_cast<double>(floor), static_cast<double>(nominal)));
+        b.raw_steps, static_cast<double>(floor), static_cast<double>(top)));
     const uint32_t prev = r.previous_steps;
-    if (prev >= floor && prev <= nominal && prev != b.local_steps &&
+    if (prev >= floor && prev <= ceiling && prev != b.local_steps &&
         std::abs(static_cast<double>(b.local_steps) - prev) < dead_band) {
       b.local_steps = prev;
       b.guard = Budget::Guard::kDeadBand;
@@ -163,7 +191,7 @@ std::string EncodeBudgets(const std::vector<Budget>& budgets) {
     put(static_cast<uint8_t>(b.basis));
     put(static_cast<uint8_t>(b.link_known));
     put(static_cast<uint8_t>(b.guard));
-    put(uint8_t{0});
+    put(static_cast<uint8_t>(b.target_from_floor));  // 0 before it
     put(b.nominal_steps);
     put(b.min_steps);
     put(b.steps_per_second);
@@ -176,7 +204,7 @@ std::string EncodeBudgets(const std::vector<Budget>& budgets) {
     put(b.bound_peer);
     put(b.bound_bytes_per_second);
     put(b.previous_steps);
-    put(uint32_t{0});
+    put(b.max_steps);  // 0 before it
   }
   return out;
 }
@@ -197,12 +225,12 @@ absl::StatusOr<std::vector<Budget>> DecodeBudgets(absl::string_view blob) {
     p += sizeof(v);
   };
   for (Budget& b : budgets) {
-    uint8_t basis, link, guard, pad8;
+    uint8_t basis, link, guard, from_floor;
     get(b.local_steps);
     get(basis);
     get(link);
     get(guard);
-    get(pad8);
+    get(from_floor);
     get(b.nominal_steps);
     get(b.min_steps);
     get(b.steps_per_second);
@@ -211,20 +239,23 @@ absl::StatusOr<std::vector<Budget>> DecodeBudgets(absl::string_view blob) {
     get(b.target_seconds);
     get(b.raw_steps);
     if (v2) {
-      uint32_t pad32;
       get(b.bytes_per_second);
       get(b.bound_peer);
       get(b.bound_bytes_per_second);
       get(b.previous_steps);
-      get(pad32);
+      get(b.max_steps);
     } else {
       guard = 0;  // format 1 wrote zero padding here
+      from_floor = 0;
     }
     if (basis > static_cast<uint8_t>(Budget::Basis::kAdaptive))
       return absl::DataLossError("rounds.budgets holds an unknown basis");
     if (guard > static_cast<uint8_t>(Budget::Guard::kDeadBand))
       return absl::DataLossError("rounds.budgets holds an unknown guard");
     b.basis = static_cast<Budget::Basis>(basis);
+    if (from_floor > 1)
+      return absl::DataLossError("rounds.budgets holds an unknown T basis");
+    b.target_from_floor = from_floor != 0;
     b.link_known = link != 0;
     b.guard = static_cast<Budget::Guard>(guard);
   }

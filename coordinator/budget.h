@@ -6,9 +6,20 @@
 //   c_i = this round's expected exchange seconds with its actual peers
 //         (link_model.h ExpectedExchanges: the slower link of each edge);
 //         without one, exchange_bytes / b_i (its own link only)
-//   T   = min_i (H / s_i + c_i)             (the earliest a worker doing the
+//   T   = max(min_i (H / s_i + c_i),        (the earliest a worker doing the
 //                                            nominal H can finish)
-//   H_i = clamp(round((T - c_i) * s_i), H_min, H)
+//             max_i (H_min / s_i + c_i))    (the latest a worker doing the
+//                                            floor H_min must finish)
+//   H_i = clamp(round((T - c_i) * s_i), H_min, H_max)
+//
+// The second term of T matters when an exchange is longer than a whole
+// round of compute (a link far slower than the others, or a worker far
+// slower): that pair cannot finish before H_min / s_i + c_i whatever its
+// budget, the rest of the cluster would wait for it, and so the others
+// compute instead, up to the ceiling H_max (BudgetOptions::max_steps, by
+// default kStretchFactor times H). Otherwise the ceiling is H. Measured on one slow link
+// (docs/heterogeneity.md): with T from the first term alone and H_max = H,
+// the fast workers waited half of every round.
 //
 // A worker whose c_i is not known (no link measured) is given c_typ, the
 // median of the known ones. A worker with no measurement at all gets the
@@ -53,11 +64,15 @@ struct WorkerRound {
   uint32_t previous_steps = 0;
 };
 
+// The default ceiling of an adaptive H_i, as a multiple of the nominal H.
+inline constexpr uint32_t kStretchFactor = 4;
+
 struct BudgetOptions {
   v1::BudgetPolicy policy = v1::BUDGET_POLICY_ADAPTIVE;
-  // Nominal H (the ceiling) and H_min (the floor).
+  // Nominal H, the floor H_min and the ceiling H_max (0 or below H: H).
   uint32_t nominal_steps = 100;
   uint32_t min_steps = 10;
+  uint32_t max_steps = 0;
   // Bytes one worker moves in its exchange (the wire size of the model);
   // used only for workers without an ExpectedExchange.
   double exchange_bytes = 0;
@@ -79,6 +94,9 @@ struct Budget {
   bool link_known = false;
   uint32_t nominal_steps = 0;
   uint32_t min_steps = 0;
+  uint32_t max_steps = 0;  // H_max (0: a record from before it: H)
+  // T was set by the floor term: an exchange that H_min cannot shorten.
+  bool target_from_floor = false;
   double steps_per_second = 0;
   double fastest_steps_per_second = 0;
   double exchange_seconds = 0;  // c_i
@@ -92,7 +110,8 @@ struct Budget {
   Guard guard = Guard::kNone;
 
   // E.g. "s_i=5 steps/s (0.50x fastest), c_i=1 s (bound by worker 3,
-  // 12.5 MB/s), T=11 s: H_i=50".
+  // 12.5 MB/s), T=11 s: H_i=50"; "T=21 s (an exchange H_min cannot
+  // shorten): H_i=205 (above H=100)".
   std::string Reason() const;
 };
 
@@ -103,6 +122,10 @@ struct BudgetPlan {
   // no worker has a measurement.
   double target_round_seconds = 0;
   double typical_exchange_seconds = 0;
+  // T came from the floor term (header comment); then the worker that set
+  // it is floor_bound_index (-1: none).
+  bool target_from_floor = false;
+  int64_t floor_bound_index = -1;
 };
 
 // `round` is empty (no schedule, no previous budgets) or one per worker.

@@ -1,5 +1,6 @@
 #include "coordinator/coordinator_metrics.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -13,7 +14,7 @@ namespace {
 
 constexpr const char* kBudgetReasons[] = {"no_measurement", "uniform",
                                           "adaptive", "min_clamp",
-                                          "nominal_clamp"};
+                                          "nominal_clamp", "stretched"};
 
 // A counter family registered with `registry` (name and help first, so a
 // family reads like its docs/metrics.md row).
@@ -50,7 +51,10 @@ const char* BudgetChangeReason(const Budget& budget) {
       break;
   }
   if (budget.raw_steps < budget.min_steps) return "min_clamp";
-  if (budget.raw_steps > budget.nominal_steps) return "nominal_clamp";
+  // nominal_clamp: clamped down to the ceiling (H, or H_max above it).
+  const uint32_t ceiling = std::max(budget.nominal_steps, budget.max_steps);
+  if (budget.raw_steps > ceiling) return "nominal_clamp";
+  if (budget.local_steps > budget.nominal_steps) return "stretched";
   return "adaptive";
 }
 

@@ -102,6 +102,7 @@ BudgetOptions BudgetOptionsFor(const v1::JobSpec& spec, uint32_t members) {
   options.policy = spec.outer().budget_policy();
   options.nominal_steps = spec.outer().local_steps();
   options.min_steps = spec.outer().min_local_steps();
+  options.max_steps = kStretchFactor * spec.outer().local_steps();
   options.exchange_bytes = ExchangeBytes(spec, members);
   return options;
 }

@@ -274,6 +274,45 @@ TEST(BudgetSimulationTest, OneSlowLinkShrinksOnlyTheRoundsItBounds) {
       << b.reason();
 }
 
+// One link so slow that its copy (20 s) outlasts a whole nominal round of
+// compute (10 s): the pair holding it cannot finish before H_min / s + 20 s
+// = 21 s, so the fast pairs compute through that time (H_i above H, up to
+// H_max = 4H) instead of running H and waiting half the round for it. On
+// the planner before, T was the fast pairs' 10.5 s: the slow pair ran
+// H_min, the fast ones ran H and waited ~50% of every round.
+TEST(BudgetSimulationTest, ALinkSlowerThanARoundLetsTheOthersComputeOn) {
+  ClusterSim sim({{.steps_per_second = 10, .models_per_second = 2},
+                  {.steps_per_second = 10, .models_per_second = 2},
+                  {.steps_per_second = 10, .models_per_second = 2},
+                  {.steps_per_second = 10, .models_per_second = 0.05}},
+                 v1::TOPOLOGY_RANDOM_ONE_PEER);
+  const std::vector<SimRound> history = sim.Run(30);
+  const uint64_t slow = sim.id(3);
+  for (size_t r = 10; r < history.size(); ++r) {
+    const SimRound& round = history[r];
+    SCOPED_TRACE(absl::StrCat("round ", r));
+    EXPECT_EQ(round.local_steps[3], kMin);
+    for (size_t i = 0; i < 3; ++i) {
+      SCOPED_TRACE(absl::StrCat("worker ", i, ": ", Describe(history, i)));
+      if (round.peers[i] == std::vector<uint64_t>{slow}) {
+        EXPECT_EQ(round.local_steps[i], kMin);
+      } else {
+        // (21 - 0.5) * 10 = 205, within the dead band.
+        EXPECT_NEAR(round.local_steps[i], 205, 0.05 * kNominal);
+      }
+      EXPECT_LT(round.wait_fraction[i], 0.10);
+    }
+  }
+  auto st = sim.coordinator().GetJob(sim.job());
+  ASSERT_TRUE(st.ok());
+  bool stretched = false;
+  for (const v1::WorkerBudget& b : st->worker_budgets())
+    stretched = stretched ||
+                b.reason().find("an exchange H_min cannot shorten") !=
+                    std::string::npos;
+  EXPECT_TRUE(stretched);
+}
+
 // The same cluster as a real one measures it: of each pair only the end
 // that reached the exchange first has a wire-time sample (the other's
 // receive was registered after its peer began sending). A sample is then

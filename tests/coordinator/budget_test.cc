@@ -112,6 +112,74 @@ TEST(BudgetTest, ExpectedExchangeFromThePeersSetsCi) {
   EXPECT_EQ(plan.budgets[2].local_steps, 100u);
 }
 
+WorkerRound PairedWith(int64_t peer, double seconds) {
+  return WorkerRound{.exchange = {.seconds = seconds,
+                                  .bound_index = peer,
+                                  .bound_peer = static_cast<uint64_t>(peer + 1),
+                                  .bound_bytes_per_second = 1e5},
+                     .previous_steps = 0};
+}
+
+// An exchange longer than a whole round of compute (docs/heterogeneity.md,
+// one slow link on a fast CPU): the slow pair cannot finish before
+// H_min / s + c = 1 + 20 s whatever its budget. T was the fast pairs'
+// 10 + 0.5 s, so they ran H and then waited 10.5 s of 21 for the slow
+// pair; T is now the slow pair's 21 s and they compute through it.
+TEST(BudgetTest, AnExchangeLongerThanARoundStretchesTheOthers) {
+  BudgetOptions o = Adaptive();
+  o.max_steps = 4 * o.nominal_steps;
+  const WorkerRates rates{.steps_per_second = 10, .bytes_per_second = 1e8};
+  const std::vector<WorkerRound> round = {PairedWith(1, 0.5), PairedWith(0, 0.5),
+                                          PairedWith(3, 20), PairedWith(2, 20)};
+  BudgetPlan plan = PlanBudgets({rates, rates, rates, rates}, round, o);
+  EXPECT_DOUBLE_EQ(plan.target_round_seconds, 21);
+  EXPECT_TRUE(plan.target_from_floor);
+  EXPECT_EQ(plan.budgets[0].local_steps, 205u);  // (21 - 0.5) * 10
+  EXPECT_EQ(plan.budgets[1].local_steps, 205u);
+  EXPECT_EQ(plan.budgets[2].local_steps, 10u);   // H_min
+  EXPECT_EQ(plan.budgets[3].local_steps, 10u);
+  EXPECT_THAT(plan.budgets[0].Reason(),
+              HasSubstr("T=21 s (an exchange H_min cannot shorten): H_i=205 "
+                        "(above H=100)"));
+  // Everyone reaches the end of the round together: nobody waits.
+  for (size_t i = 0; i < 4; ++i)
+    EXPECT_NEAR(plan.budgets[i].local_steps / 10.0 + round[i].exchange.seconds,
+                21, 0.05)
+        << "worker " << i;
+
+  // The ceiling H_max bounds the stretch.
+  const std::vector<WorkerRound> slower = {PairedWith(1, 0.5),
+                                           PairedWith(0, 0.5),
+                                           PairedWith(3, 60), PairedWith(2, 60)};
+  plan = PlanBudgets({rates, rates, rates, rates}, slower, o);
+  EXPECT_EQ(plan.budgets[0].local_steps, 400u);
+  EXPECT_THAT(plan.budgets[0].Reason(), HasSubstr("(ceiling H_max=400)"));
+
+  // Without a ceiling above H (max_steps 0), the fast pairs keep H, but T
+  // is still the slow pair's: what they cannot use is not planned away.
+  plan = PlanBudgets({rates, rates, rates, rates}, round, Adaptive());
+  EXPECT_DOUBLE_EQ(plan.target_round_seconds, 21);
+  EXPECT_EQ(plan.budgets[0].local_steps, 100u);
+  EXPECT_EQ(plan.budgets[2].local_steps, 10u);
+}
+
+// A link slower than the others but still shorter than a round keeps T at
+// the earliest nominal finish: no worker is stretched above H.
+TEST(BudgetTest, AnExchangeShorterThanARoundStretchesNobody) {
+  BudgetOptions o = Adaptive();
+  o.max_steps = 4 * o.nominal_steps;
+  const WorkerRates rates{.steps_per_second = 10, .bytes_per_second = 1e8};
+  BudgetPlan plan = PlanBudgets(
+      {rates, rates, rates, rates},
+      {PairedWith(1, 0.5), PairedWith(0, 0.5), PairedWith(3, 5),
+       PairedWith(2, 5)},
+      o);
+  EXPECT_DOUBLE_EQ(plan.target_round_seconds, 10.5);
+  EXPECT_FALSE(plan.target_from_floor);
+  EXPECT_EQ(plan.budgets[0].local_steps, 100u);
+  EXPECT_EQ(plan.budgets[2].local_steps, 55u);
+}
+
 TEST(BudgetTest, SmallChangesAreWithinTheDeadBand) {
   auto previous = [](uint32_t steps) {
     return WorkerRound{.exchange = {}, .previous_steps = steps};
@@ -147,6 +215,8 @@ TEST(BudgetTest, EncodingRoundTripsAndReadsTheFirstFormat) {
   b.bound_bytes_per_second = 2.5e7;
   b.previous_steps = 41;
   b.guard = Budget::Guard::kDeadBand;
+  b.max_steps = 400;
+  b.target_from_floor = true;
   const std::string blob = EncodeBudgets({b, Budget{}});
   EXPECT_EQ(blob.size(), 4 + 2 * kBudgetRecordBytes);
   auto decoded = DecodeBudgets(blob);
@@ -156,6 +226,9 @@ TEST(BudgetTest, EncodingRoundTripsAndReadsTheFirstFormat) {
   EXPECT_EQ((*decoded)[0].bound_peer, 7u);
   EXPECT_EQ((*decoded)[0].previous_steps, 41u);
   EXPECT_EQ((*decoded)[0].guard, Budget::Guard::kDeadBand);
+  EXPECT_EQ((*decoded)[0].max_steps, 400u);
+  EXPECT_TRUE((*decoded)[0].target_from_floor);
+  EXPECT_FALSE((*decoded)[1].target_from_floor);
   // A first-format blob (a state file from before): the first 56 bytes of
   // each record, with no magic.
   std::string v1 = blob.substr(4, kBudgetRecordBytesV1);
@@ -166,6 +239,8 @@ TEST(BudgetTest, EncodingRoundTripsAndReadsTheFirstFormat) {
   EXPECT_EQ((*old)[0].local_steps, 40u);
   EXPECT_DOUBLE_EQ((*old)[0].raw_steps, 36);
   EXPECT_EQ((*old)[0].bound_peer, 0u);
+  EXPECT_EQ((*old)[0].max_steps, 0u);  // the ceiling was H then
+  EXPECT_FALSE((*old)[0].target_from_floor);
 }
 
 TEST(BudgetTest, EmaStartsAtFirstSample) {

@@ -372,7 +372,15 @@ TEST(CoordinatorMetricsReasonTest, BudgetChangeReasons) {
   EXPECT_STREQ(coordinator::BudgetChangeReason(b), "min_clamp");
   b.raw_steps = 150;
   EXPECT_STREQ(coordinator::BudgetChangeReason(b), "nominal_clamp");
+  // Above H, within the ceiling H_max: T was set by a slow exchange.
+  b.max_steps = 400;
+  b.local_steps = 150;
+  EXPECT_STREQ(coordinator::BudgetChangeReason(b), "stretched");
+  b.raw_steps = 450;
+  b.local_steps = 400;
+  EXPECT_STREQ(coordinator::BudgetChangeReason(b), "nominal_clamp");
   b.raw_steps = 50;
+  b.local_steps = 50;
   EXPECT_STREQ(coordinator::BudgetChangeReason(b), "adaptive");
   b.basis = coordinator::Budget::Basis::kUniform;
   EXPECT_STREQ(coordinator::BudgetChangeReason(b), "uniform");
