@@ -511,11 +511,12 @@ absl::Status Coordinator::ApplyReport(const v1::ReportRoundRequest& request,
     return absl::OkStatus();  // a duplicate
   Contribute(job, m, -1);
   m.last_reported_round = static_cast<int64_t>(request.round());
-  if (request.inner_steps() > 0 && request.compute_seconds() > 0)
-    m.steps_per_second =
-        BoundedEma(m.steps_per_second,
-                   request.inner_steps() / request.compute_seconds(),
-                   options_.ema_weight, kMaxEstimateFactor);
+  // s_i weighted by the round's length (link_model.h: short rounds run
+  // faster than the sustained rate).
+  m.steps_per_second = UpdateStepRate(
+      m.steps_per_second, request.inner_steps(), request.compute_seconds(),
+      st.spec().outer().local_steps(), options_.ema_weight,
+      kMaxEstimateFactor);
   // b_i from wire time only (the wait for a partner is not the link's):
   // per-peer samples when the worker sent them, else the whole exchange's
   // wire time; a report without wire time leaves b_i as it is.

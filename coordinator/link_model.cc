@@ -78,6 +78,16 @@ double BoundedEma(double old_value, double sample, double weight,
   return std::clamp(ema, old_value / max_factor, old_value * max_factor);
 }
 
+double UpdateStepRate(double current, double steps, double seconds,
+                      double nominal_steps, double weight, double max_factor) {
+  if (!(steps > 0) || !(seconds > 0)) return current;
+  const double sample = steps / seconds;
+  if (!(current > 0) || !(nominal_steps > 0)) return sample;
+  const double nominal_seconds = nominal_steps / current;
+  const double share = std::min(1.0, seconds / nominal_seconds);
+  return BoundedEma(current, sample, weight * share, max_factor);
+}
+
 double UpdateLinkEstimate(double current,
                           const std::vector<LinkObservation>& samples,
                           double ema_weight, double max_factor) {

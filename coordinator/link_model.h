@@ -90,6 +90,18 @@ double UpdateLinkEstimate(double current,
 double BoundedEma(double old_value, double sample, double weight,
                   double max_factor);
 
+// The new s_i (steps per second) after a round of `steps` inner steps in
+// `seconds`: a BoundedEma whose weight is scaled by the round's length
+// against a nominal round (`nominal_steps` at the current estimate), capped
+// at `weight`. A short round says little about the sustained rate: a CPU
+// quota (cgroup CFS, whose first slice of each period runs unthrottled) or
+// turbo runs it faster, and the worker paired with a slow link runs H_min
+// steps in a third of its rounds. Weighted by rounds, those rounds pulled
+// s_i 20-50% above the rate of a long round, and the long rounds planned
+// from it overran T (issue 16's sweep: fast workers waiting 15-24%).
+double UpdateStepRate(double current, double steps, double seconds,
+                      double nominal_steps, double weight, double max_factor);
+
 }  // namespace gasloc::coordinator
 
 #endif  // GASLOC_COORDINATOR_LINK_MODEL_H_

@@ -42,6 +42,9 @@ INSECURE = ("--insecure",)
 # --algorithm -> (Algorithm, BudgetPolicy or None for the default).
 ALGORITHMS = {
     "gasloc": ("ALGORITHM_GASLOC", "BUDGET_POLICY_ADAPTIVE"),
+    # Adaptive budgets, and inner steps during the exchange
+    # (outer.overlap_exchange).
+    "gasloc-overlap": ("ALGORITHM_GASLOC", "BUDGET_POLICY_ADAPTIVE"),
     "gasloc-uniform": ("ALGORITHM_GASLOC", "BUDGET_POLICY_UNIFORM"),
     "diloco": ("ALGORITHM_DILOCO", None),
     "dpsgd": ("ALGORITHM_DPSGD", None),
@@ -203,6 +206,8 @@ class Run:
         outer = {"algorithm": algorithm, "localSteps": sc.local_steps}
         if policy:
             outer["budgetPolicy"] = policy
+        if args.algorithm == "gasloc-overlap":
+            outer["overlapExchange"] = True
         if sc.min_local_steps:
             outer["minLocalSteps"] = sc.min_local_steps
         stop = {}

@@ -29,6 +29,18 @@ struct SimWorker {
   // The worker's link, in model transfers per second (1 = one model's wire
   // size per second); the simulation turns it into bytes.
   double models_per_second = 1;
+  // A CPU quota's burst: the first burst_seconds of a round's compute run
+  // at burst_steps_per_second (0 = none), the rest at steps_per_second.
+  double burst_steps_per_second = 0;
+  double burst_seconds = 0;
+
+  // Seconds of compute for `steps` inner steps (at rate factor `noise`).
+  double ComputeSeconds(double steps, double noise) const {
+    const double burst_steps = burst_steps_per_second * noise * burst_seconds;
+    if (burst_steps <= 0) return steps / (steps_per_second * noise);
+    if (steps <= burst_steps) return steps / (burst_steps_per_second * noise);
+    return burst_seconds + (steps - burst_steps) / (steps_per_second * noise);
+  }
 };
 
 // One round as the cluster lived it.
@@ -111,7 +123,7 @@ class ClusterSim {
       // A deterministic +-jitter on the measured compute rate.
       const double noise =
           1 + jitter_ * (((round_ * 7 + static_cast<int64_t>(i) * 3) % 5) - 2) / 2.0;
-      compute[i] = out.local_steps[i] / (workers_[i].steps_per_second * noise);
+      compute[i] = workers_[i].ComputeSeconds(out.local_steps[i], noise);
       arrive[i] = compute[i];
     }
     double round_end = 0;
@@ -311,6 +323,40 @@ TEST(BudgetSimulationTest, ALinkSlowerThanARoundLetsTheOthersComputeOn) {
                 b.reason().find("an exchange H_min cannot shorten") !=
                     std::string::npos;
   EXPECT_TRUE(stretched);
+}
+
+// The same cluster on CPUs with a quota's burst: the first 0.5 s of every
+// round runs at twice the sustained rate (cgroup CFS lets the first slice of
+// a period run unthrottled). A worker paired with the slow link runs H_min
+// = 10 steps, all of them in the burst, a third of its rounds. Weighted by
+// rounds (before), those 20 steps/s samples held s_i near 13, 30% above the
+// 10.25 of a long round, and the long rounds planned from it overran T. By
+// their length they barely move it.
+TEST(BudgetSimulationTest, ShortRoundsInACpuBurstDoNotInflateTheRate) {
+  const SimWorker fast{.steps_per_second = 10,
+                       .models_per_second = 2,
+                       .burst_steps_per_second = 20,
+                       .burst_seconds = 0.5};
+  SimWorker slow = fast;
+  slow.models_per_second = 0.05;
+  ClusterSim sim({fast, fast, fast, slow}, v1::TOPOLOGY_RANDOM_ONE_PEER);
+  const std::vector<SimRound> history = sim.Run(30);
+  for (size_t r = 10; r < history.size(); ++r)
+    for (size_t i = 0; i < 3; ++i)
+      EXPECT_LT(history[r].wait_fraction[i], 0.10)
+          << "round " << r << " worker " << i << ": " << Describe(history, i);
+  auto st = sim.coordinator().GetJob(sim.job());
+  ASSERT_TRUE(st.ok());
+  ASSERT_EQ(st->worker_budgets_size(), 4);
+  // The fast workers' long rounds: ~215 steps, 10 in the burst, the rest
+  // at 10/s. (The slow worker runs only short rounds: its s_i is theirs.)
+  const double sustained = 215 / (0.5 + 205 / 10.0);
+  for (size_t i = 0; i < 3; ++i) {
+    const v1::WorkerBudget& b = st->worker_budgets(static_cast<int>(i));
+    EXPECT_EQ(b.worker_id(), sim.id(i));
+    EXPECT_NEAR(b.steps_per_second(), sustained, 0.08 * sustained)
+        << "worker " << b.worker_id() << ": " << b.reason();
+  }
 }
 
 // The same cluster as a real one measures it: of each pair only the end

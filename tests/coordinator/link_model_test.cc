@@ -134,5 +134,20 @@ TEST(LinkModelTest, BoundedEmaMovesAtMostTheFactor) {
   EXPECT_DOUBLE_EQ(BoundedEma(10, 11, 0.5, 1.5), 10.5);
 }
 
+// A round of nominal length (or longer) moves s_i by the full EMA weight; a
+// round a tenth as long by a tenth of it; the first sample is taken as is
+// and a round without steps or time changes nothing.
+TEST(LinkModelTest, StepRateWeighsARoundByItsLength) {
+  EXPECT_DOUBLE_EQ(UpdateStepRate(0, 80, 1, 100, 0.3, 1.5), 80);
+  EXPECT_DOUBLE_EQ(UpdateStepRate(10, 120, 10, 100, 0.5, 1.5), 11);
+  EXPECT_DOUBLE_EQ(UpdateStepRate(10, 300, 20, 100, 0.5, 1.5), 12.5);
+  // 10 steps in 0.5 s against a nominal 10 s: weight 0.3 * 0.05.
+  EXPECT_NEAR(UpdateStepRate(10, 10, 0.5, 100, 0.3, 1.5), 10 + 0.015 * 10,
+              1e-12);
+  EXPECT_DOUBLE_EQ(UpdateStepRate(10, 0, 1, 100, 0.3, 1.5), 10);
+  EXPECT_DOUBLE_EQ(UpdateStepRate(10, 5, 0, 100, 0.3, 1.5), 10);
+  EXPECT_DOUBLE_EQ(UpdateStepRate(10, 1000, 1, 100, 0.9, 1.5), 15);
+}
+
 }  // namespace
 }  // namespace gasloc::coordinator

@@ -15,6 +15,21 @@
 
 namespace gasloc {
 
+// The learning-rate schedule position of inner step `inner_step` (0-based)
+// of round `round` when the job's round is `nominal_steps` steps (outer
+// local_steps H) and this worker's budget is `budget_steps` (H_i):
+// round * H + inner_step * H / H_i. Every worker is at the same point of
+// the schedule at a round's start whatever its budget, and the cosine ends
+// at the job's last round (decay horizon max_rounds * H) for a worker that
+// runs 4H steps a round as for one that runs H_min. With H_i = H it is the
+// step count of a worker that ran every round from round 0.
+inline uint64_t ScheduleStep(uint64_t round, uint32_t nominal_steps,
+                             uint32_t budget_steps, uint32_t inner_step) {
+  if (budget_steps == 0) return round * nominal_steps;
+  return round * nominal_steps +
+         static_cast<uint64_t>(inner_step) * nominal_steps / budget_steps;
+}
+
 struct InnerStepResult {
   float loss = 0;        // training loss of the step, nats per byte
   uint64_t tokens = 0;   // bytes of training input consumed
@@ -53,6 +68,9 @@ class InnerTrainer {
   virtual FloatArena* optimizer_v() { return nullptr; }
   virtual uint64_t optimizer_step() const { return 0; }
   virtual void set_optimizer_step(uint64_t step) { (void)step; }
+  // The schedule position (ScheduleStep) of the next Step() only; a trainer
+  // without a learning-rate schedule ignores it (the default).
+  virtual void SetScheduleStep(uint64_t step) { (void)step; }
 };
 
 }  // namespace gasloc

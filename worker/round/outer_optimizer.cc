@@ -15,6 +15,12 @@ void PostLocalIterate(std::span<const float> theta_start,
     y[i] = theta_start[i] + eta * (theta_local[i] - theta_start[i]);
 }
 
+void AddLocalChange(std::span<const float> mixed, std::span<const float> base,
+                    std::span<float> params) {
+  const size_t n = params.size();
+  for (size_t i = 0; i < n; ++i) params[i] = mixed[i] + (params[i] - base[i]);
+}
+
 void PseudoGradient(std::span<const float> theta_start,
                     std::span<const float> theta_local, std::span<float> g) {
   const size_t n = g.size();

@@ -35,6 +35,12 @@ void PostLocalIterate(std::span<const float> theta_start,
                       std::span<const float> theta_local, float eta,
                       std::span<float> y);
 
+// params = mixed + (params - base): the change that inner steps taken
+// during an exchange (from base, theta at H_i) made, added to the model
+// the exchange produced from base (outer.overlap_exchange).
+void AddLocalChange(std::span<const float> mixed, std::span<const float> base,
+                    std::span<float> params);
+
 // g = theta_local - theta_start.
 void PseudoGradient(std::span<const float> theta_start,
                     std::span<const float> theta_local, std::span<float> g);

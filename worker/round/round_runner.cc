@@ -1,11 +1,14 @@
 #include "worker/round/round_runner.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/crc32c.h"
 #include "common/job_spec.h"
 #include "common/log.h"
@@ -207,8 +210,11 @@ absl::StatusOr<v1::ReportRoundRequest> RoundRunner::RunRound(
                 .inner_step = assignment.local_steps(),
                 .train_loss = report.train_loss(),
                 .activity = v1::WORKER_ACTIVITY_EXCHANGING});
-      if (IsGossipAlgorithm(algorithm)) {
-        GossipExchange(assignment, &report);
+      if (IsGossipAlgorithm(algorithm) &&
+          options_.spec.outer().overlap_exchange()) {
+        status = GossipExchangeOverlapped(assignment, &report);
+      } else if (IsGossipAlgorithm(algorithm)) {
+        GossipExchange(assignment, &report, params);
       } else {
         AllReduceExchange(assignment, &report);
       }
@@ -370,6 +376,8 @@ absl::StatusOr<InnerStepResult> RoundRunner::RunInnerSteps(
     if (cancelled_)
       return absl::CancelledError(
           absl::StrCat("round ", round, " abandoned after ", h, " steps"));
+    trainer_->SetScheduleStep(ScheduleStep(
+        round, options_.spec.outer().local_steps(), steps, h));
     ASSIGN_OR_RETURN(InnerStepResult step, trainer_->Step());
     total.tokens += step.tokens;
     total.loss = step.loss;
@@ -394,9 +402,87 @@ absl::StatusOr<InnerStepResult> RoundRunner::RunInnerSteps(
   return total;
 }
 
-void RoundRunner::GossipExchange(const v1::Assignment& assignment,
-                                 v1::ReportRoundRequest* report) {
+absl::Status RoundRunner::GossipExchangeOverlapped(
+    const v1::Assignment& assignment, v1::ReportRoundRequest* report) {
   FloatArena& params = trainer_->params();
+  if (!overlap_model_) {
+    overlap_model_.emplace(params.shared_layout());
+    overlap_base_.emplace(params.shared_layout());
+  }
+  overlap_model_->CopyFrom(params);  // theta at H_i: what the exchange mixes
+  overlap_base_->CopyFrom(params);
+  v1::ReportRoundRequest exchanged;
+  std::atomic<bool> exchange_done{false};
+  std::thread exchange([&] {
+    GossipExchange(assignment, &exchanged, *overlap_model_);
+    exchange_done = true;
+  });
+  // Inner steps while the exchange runs, up to kOverlapStepFactor * H in
+  // the round, at the schedule position of the round's last planned step.
+  const uint64_t round = assignment.round();
+  const uint32_t nominal = options_.spec.outer().local_steps();
+  const uint32_t budget = assignment.local_steps();
+  const uint64_t cap = static_cast<uint64_t>(kOverlapStepFactor) * nominal;
+  const uint64_t allowed = cap > budget ? cap - budget : 0;
+  const absl::Time start = clock_->Now();
+  absl::Status status;
+  uint32_t extra = 0;
+  uint64_t tokens = 0;
+  double loss_sum = 0;
+  absl::Time step_start = start;
+  while (!exchange_done && extra < allowed && !cancelled_) {
+    trainer_->SetScheduleStep(
+        ScheduleStep(round, nominal, budget, budget > 0 ? budget - 1 : 0));
+    absl::StatusOr<InnerStepResult> step = trainer_->Step();
+    if (!step.ok()) {
+      status = step.status();
+      break;
+    }
+    ++extra;
+    tokens += step->tokens;
+    loss_sum += step->loss;
+    const absl::Time now = clock_->Now();
+    Progress({.round = round,
+              .inner_step = budget + extra,
+              .train_loss = step->loss,
+              .activity = v1::WORKER_ACTIVITY_TRAINING,
+              .step_seconds = Seconds(now - step_start),
+              .step_tokens = step->tokens,
+              .round_mean_loss = loss_sum / extra});
+    step_start = now;
+  }
+  const absl::Time computed = clock_->Now();
+  exchange.join();
+  const double waited = Seconds(clock_->Now() - computed);
+  report->MergeFrom(exchanged);
+  if (!status.ok())
+    return absl::Status(status.code(),
+                        absl::StrCat("round ", round, ": inner step ", extra + 1,
+                                     " taken during the exchange: ",
+                                     status.message()));
+  // theta' = mix(theta_Hi) + (theta_now - theta_Hi).
+  AddLocalChange(overlap_model_->flat(), overlap_base_->flat(), params.flat());
+  const uint32_t planned = report->inner_steps();
+  report->set_inner_steps(planned + extra);
+  report->set_tokens(report->tokens() + tokens);
+  if (extra > 0)
+    report->set_train_loss(static_cast<float>(
+        (report->train_loss() * planned + loss_sum) / (planned + extra)));
+  report->set_compute_seconds(report->compute_seconds() +
+                              Seconds(computed - start));
+  // Waiting is now only the time the worker did not compute: blocked on an
+  // exchange that outlasted the steps it was allowed.
+  report->set_wait_seconds(waited);
+  GASLOC_LOG(INFO) << "job " << options_.job_id << " round " << round << ": "
+                   << extra << " inner steps during the exchange (H_i="
+                   << budget << ", at most " << allowed << "), "
+                   << absl::StrFormat("%.3f", waited) << " s waited after them";
+  return absl::OkStatus();
+}
+
+void RoundRunner::GossipExchange(const v1::Assignment& assignment,
+                                 v1::ReportRoundRequest* report,
+                                 FloatArena& params) {
   const auto& outer = options_.spec.outer();
   // What is gossiped, by momentum placement: y (LOCAL); the extrapolated
   // point z = y + gamma (y - y_prev) in scratch_ (MIXED); or the Nesterov

@@ -20,7 +20,10 @@
 // one FakeClock to reach a deadline).
 //
 // Thread safety: one thread calls RunRound; `cancel` (Cancelled()) may be
-// set from any thread to abandon the round between inner steps.
+// set from any thread to abandon the round between inner steps. With
+// outer.overlap_exchange, RunRound runs the gossip exchange on a second
+// thread of its own (joined before it returns) that touches only the
+// exchange's buffers and the transport, never the trainer.
 #ifndef GASLOC_WORKER_ROUND_ROUND_RUNNER_H_
 #define GASLOC_WORKER_ROUND_ROUND_RUNNER_H_
 
@@ -78,6 +81,11 @@ RoundDuties RoundDutiesAfter(const v1::JobSpec& spec, uint64_t round);
 
 // This worker's id is the transport's (PeerTransport::self_id(), the id
 // the daemon registered with), read where it is needed, never copied here.
+// outer.overlap_exchange: a round's inner steps, those taken during the
+// exchange included, stop at this many times H (the coordinator's
+// kStretchFactor, coordinator/budget.h, bounds a planned H_i the same way).
+inline constexpr uint32_t kOverlapStepFactor = 4;
+
 struct RoundRunnerOptions {
   uint64_t job_id = 0;
   v1::JobSpec spec;  // defaults applied
@@ -185,8 +193,18 @@ class RoundRunner {
                              v1::ReportRoundRequest* report);
   absl::Status DataParallelStep(const v1::Assignment& assignment,
                                 v1::ReportRoundRequest* report);
+  // The gossip exchange and outer update of `params` (theta at H_i on
+  // entry, the round's result on exit). Touches no trainer state, so it
+  // can run beside inner steps (GossipExchangeOverlapped).
   void GossipExchange(const v1::Assignment& assignment,
-                      v1::ReportRoundRequest* report);
+                      v1::ReportRoundRequest* report, FloatArena& params);
+  // outer.overlap_exchange: GossipExchange on a copy of the model on a
+  // second thread while this one keeps taking inner steps (up to
+  // kOverlapStepFactor * H in the round), then theta' = mixed copy + the
+  // change those steps made. An error of such a step is returned (the
+  // caller restores the round's start).
+  absl::Status GossipExchangeOverlapped(const v1::Assignment& assignment,
+                                        v1::ReportRoundRequest* report);
   // Phase 2 of a gossip exchange: with each peer, swap whether we
   // committed each other's y. Returns per peer slot OK (use the edge) or
   // why it is dropped; both ends of an edge reach the same decision
@@ -231,6 +249,10 @@ class RoundRunner {
   FloatArena momentum_;
   FloatArena scratch_;
   std::vector<FloatArena> received_;  // one per gossip peer slot
+  // outer.overlap_exchange only (allocated at its first round): the model
+  // copy the exchange mixes and theta at H_i.
+  std::optional<FloatArena> overlap_model_;
+  std::optional<FloatArena> overlap_base_;
   // What CommitOuterState adopts: y_prev <- y_ (gossip) or momentum <-
   // scratch_ (all-reduce, PSEUDO_GRADIENT gossip), or nothing.
   enum class PendingOuter { kNone, kPrevIterateFromY, kMomentumFromScratch };

@@ -85,7 +85,8 @@ absl::StatusOr<AdamWStepStats> AdamW::Step(FloatArena* params,
         "AdamW step: params / grads layout differs from the optimizer's");
   }
   AdamWStepStats stats;
-  stats.lr = LearningRate(options_, step_);
+  stats.lr = LearningRate(options_, schedule_step());
+  schedule_step_.reset();
   stats.grad_norm = GlobalGradNorm(grads, options_.threads);
   if (!std::isfinite(stats.grad_norm)) {
     return absl::InvalidArgumentError(absl::StrCat(

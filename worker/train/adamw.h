@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include "absl/status/statusor.h"
 #include "common/arena.h"
@@ -70,6 +71,11 @@ class AdamW {
   // Steps taken so far (the bias-correction count t is step() after Step).
   uint64_t step() const { return step_; }
   void set_step(uint64_t step) { step_ = step; }
+  // The schedule position whose learning rate the next Step() uses, once
+  // (then back to step()): a worker whose round budget H_i differs from the
+  // job's H follows the job's schedule, not its own step count.
+  void set_schedule_step(uint64_t step) { schedule_step_ = step; }
+  uint64_t schedule_step() const { return schedule_step_.value_or(step_); }
   FloatArena& m() { return m_; }
   FloatArena& v() { return v_; }
   const FloatArena& m() const { return m_; }
@@ -80,6 +86,7 @@ class AdamW {
   FloatArena m_;
   FloatArena v_;
   uint64_t step_ = 0;
+  std::optional<uint64_t> schedule_step_;
 };
 
 // Plain-loop reference of one AdamW update (per element, no clipping,

@@ -123,8 +123,12 @@ class Trainer {
   // The sampler's next draw (draws = windows, batch per step).
   uint64_t data_cursor() const { return sampler_.cursor(); }
   void set_data_cursor(uint64_t cursor) { sampler_.set_cursor(cursor); }
+  // Schedule position of the next step only (AdamW::set_schedule_step).
+  void set_schedule_step(uint64_t step) { adamw_.set_schedule_step(step); }
   // Learning rate of the next step.
-  float next_lr() const { return LearningRate(adamw_.options(), step()); }
+  float next_lr() const {
+    return LearningRate(adamw_.options(), adamw_.schedule_step());
+  }
 
  private:
   Trainer(const v1::JobSpec& spec, int threads, const Clock* clock,

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/time/clock.h"
 #include "common/clock.h"
 #include "worker/round/inner_trainer.h"
 
@@ -46,6 +47,7 @@ class FakeTrainer : public InnerTrainer {
 
   absl::StatusOr<InnerStepResult> ComputeGradients() override {
     if (clock_ != nullptr) clock_->Advance(step_time_);
+    if (real_step_time_ > absl::ZeroDuration()) absl::SleepFor(real_step_time_);
     if (poison_next_step_) {
       params_.data()[0] = std::nanf("");
       poison_next_step_ = false;
@@ -102,7 +104,17 @@ class FakeTrainer : public InnerTrainer {
     clock_ = clock;
     step_time_ = step_time;
   }
+  // Every step also sleeps `step_time` of real time (a worker that is
+  // computing while real threads exchange).
+  void SleepOnEveryStep(absl::Duration step_time) { real_step_time_ = step_time; }
   int steps() const { return steps_; }
+  // Every schedule position the round machine set, in order.
+  void SetScheduleStep(uint64_t step) override {
+    schedule_steps_.push_back(step);
+  }
+  const std::vector<uint64_t>& schedule_steps() const {
+    return schedule_steps_;
+  }
 
  private:
   FloatArena params_, grads_, target_;
@@ -110,7 +122,9 @@ class FakeTrainer : public InnerTrainer {
   bool poison_next_step_ = false;
   FakeClock* clock_ = nullptr;
   absl::Duration step_time_;
+  absl::Duration real_step_time_;
   int steps_ = 0;
+  std::vector<uint64_t> schedule_steps_;
   std::map<std::string, std::pair<std::vector<float>, CheckpointExtras>> saved_;
 };
 

@@ -37,6 +37,13 @@ void DiLoCoStepAndPostLocal(const std::vector<Vec>& g, float lr, float mu,
   }
 }
 
+TEST(OuterOptimizer, AddLocalChangeAddsWhatTheStepsMoved) {
+  const Vec mixed = {1, 2, 3}, base = {0.5f, -1, 4};
+  Vec params = {1.5f, -1, 2};  // base + {1, 0, -2}
+  AddLocalChange(mixed, base, params);
+  EXPECT_EQ(params, (Vec{2, 2, 1}));
+}
+
 TEST(OuterOptimizer, OnePeerHalfAlphaIsExactPairwiseAveraging) {
   const Vec y1 = {1, 2, 3}, y2 = {3, 6, -1};
   Vec prev1 = y1, theta1(3);

@@ -6,8 +6,10 @@
 #include <cmath>
 #include <cstring>
 #include <thread>
+#include <tuple>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/job_spec.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -203,6 +205,95 @@ TEST(RoundRunner, ReportsEveryInnerStepAsItRuns) {
   EXPECT_NEAR(report->compute_seconds(), 0.06, 1e-12);
   EXPECT_NEAR(steps.back().round_mean_loss, report->train_loss(), 1e-5);
   EXPECT_TRUE(runner.failure_codes().empty());
+}
+
+// The learning-rate schedule follows the job's rounds, not a worker's own
+// step count: with H = 8, a worker given 32 steps in round 0 and one given
+// 2 both start round 1 at schedule step 8. Before, the schedule was the
+// step count, so a fast worker computing through long rounds reached the
+// end of the cosine (max_rounds * H) in a fraction of the job and ran the
+// rest at the minimum rate, and a slow-link worker at H_min stayed in
+// warmup (issue 16's one-slow-link sweep: fast workers at 1.7x the decay
+// horizon).
+TEST(RoundRunner, TheScheduleFollowsTheRoundsWhateverTheBudget) {
+  v1::JobSpec spec = Spec(v1::ALGORITHM_GASLOC);
+  spec.mutable_outer()->set_local_steps(8);
+  for (const uint32_t budget : {32u, 8u, 2u}) {
+    SCOPED_TRACE(absl::StrCat("H_i = ", budget));
+    InProcessNetwork network;
+    SimWorker w(network, 1, spec, 1.0f);
+    ASSERT_TRUE(w.runner.RunRound(GossipAssignment(0, 1, {}, 0.5f, budget)).ok());
+    ASSERT_TRUE(w.runner.RunRound(GossipAssignment(1, 1, {}, 0.5f, budget)).ok());
+    const std::vector<uint64_t>& s = w.trainer.schedule_steps();
+    ASSERT_EQ(s.size(), 2u * budget);
+    EXPECT_EQ(s.front(), 0u);
+    EXPECT_EQ(s[budget], 8u);  // round 1's first step
+    EXPECT_EQ(s.back(), 8u + (budget - 1) * 8 / budget);
+    EXPECT_TRUE(std::is_sorted(s.begin(), s.end()));
+  }
+  EXPECT_EQ(ScheduleStep(3, 80, 80, 5), 245u);  // H_i = H: the step count
+  EXPECT_EQ(ScheduleStep(3, 80, 320, 160), 280u);
+  EXPECT_EQ(ScheduleStep(3, 80, 0, 0), 240u);
+}
+
+// outer.overlap_exchange: worker 2 reaches the exchange 300 ms late.
+// Worker 1 keeps stepping meanwhile (20 ms steps, up to 4 H = 20 in the
+// round) instead of waiting, and its result is exactly the round without
+// overlap plus the change its extra steps made from theta at H_i: the
+// mixing (so worker 2's model) is the same in both runs.
+TEST(RoundRunner, OverlapComputesThroughALatePeersExchange) {
+  v1::JobSpec spec = Spec(v1::ALGORITHM_GASLOC);
+  spec.mutable_outer()->set_local_steps(5);
+  spec.mutable_outer()->set_momentum_placement(v1::MOMENTUM_PLACEMENT_LOCAL);
+  constexpr uint32_t kBudget = 2;
+  auto run = [&](bool overlap) {
+    v1::JobSpec s = spec;
+    s.mutable_outer()->set_overlap_exchange(overlap);
+    InProcessNetwork network;
+    std::vector<std::unique_ptr<SimWorker>> w;
+    w.push_back(std::make_unique<SimWorker>(network, 1, s, +1.0f));
+    w.push_back(std::make_unique<SimWorker>(network, 2, spec, -1.0f));
+    w[0]->trainer.SleepOnEveryStep(absl::Milliseconds(20));
+    absl::StatusOr<v1::ReportRoundRequest> late = absl::UnknownError("not run");
+    std::thread second([&] {
+      absl::SleepFor(absl::Milliseconds(300));
+      late = w[1]->runner.RunRound(GossipAssignment(0, 2, {1}, 0.5f, kBudget));
+    });
+    auto first = w[0]->runner.RunRound(GossipAssignment(0, 1, {2}, 0.5f, kBudget));
+    second.join();
+    EXPECT_TRUE(first.ok()) << first.status();
+    EXPECT_TRUE(late.ok()) << late.status();
+    return std::make_tuple(
+        *first,
+        std::vector<float>(w[0]->trainer.params().flat().begin(),
+                           w[0]->trainer.params().flat().end()),
+        std::vector<float>(w[1]->trainer.params().flat().begin(),
+                           w[1]->trainer.params().flat().end()));
+  };
+  const auto [plain_report, plain_1, plain_2] = run(false);
+  const auto [report, params_1, params_2] = run(true);
+  EXPECT_EQ(plain_report.inner_steps(), kBudget);
+  EXPECT_GT(plain_report.exchange_seconds(), 0.2);  // the late peer
+  // Steps while waiting: at least a few, at most 4 H in the round.
+  const uint32_t extra = report.inner_steps() - kBudget;
+  EXPECT_GE(extra, 3u);
+  EXPECT_LE(report.inner_steps(), 20u);
+  EXPECT_EQ(report.failed_peers_size(), 0);
+  // Idle only after the last step (the steps could have covered 360 ms).
+  EXPECT_LT(report.wait_seconds(), 0.2);
+  EXPECT_EQ(report.tokens(), 64u * report.inner_steps());
+  // Worker 2 mixed the same copy of worker 1 (theta at H_i) in both runs.
+  EXPECT_EQ(params_2, plain_2);
+  // theta_1 = plain result + (theta after H_i + extra steps - theta at H_i).
+  FakeTrainer solo(FakeLayout(), +1.0f);
+  for (uint32_t h = 0; h < kBudget; ++h) ASSERT_TRUE(solo.Step().ok());
+  const std::vector<float> at_budget(solo.params().flat().begin(),
+                                     solo.params().flat().end());
+  for (uint32_t h = 0; h < extra; ++h) ASSERT_TRUE(solo.Step().ok());
+  for (size_t i = 0; i < params_1.size(); ++i)
+    ASSERT_NEAR(params_1[i],
+                plain_1[i] + (solo.params().flat()[i] - at_budget[i]), 1e-6f)
+        << "element " << i;
 }
 
 TEST(RoundRunner, GossipWithoutMomentumAveragesExactly) {

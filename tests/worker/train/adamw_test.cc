@@ -79,6 +79,29 @@ TEST(AdamWTest, MatchesThePlainLoopReferenceOverSeveralSteps) {
   }
 }
 
+// A schedule position set for the next step picks its learning rate, for
+// that step only; the bias correction still counts the steps taken.
+TEST(AdamWTest, ScheduleStepSetsTheNextStepsRateOnce) {
+  auto layout = SmallLayout();
+  AdamWOptions o;
+  o.warmup_steps = 10;
+  o.decay_steps = 100;
+  AdamW adamw(layout, o);
+  FloatArena params(layout), grads(layout);
+  Fill(&params, 1, 1.0f);
+  Fill(&grads, 2, 0.1f);
+  adamw.set_schedule_step(60);
+  EXPECT_EQ(adamw.schedule_step(), 60u);
+  auto first = adamw.Step(&params, grads);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_FLOAT_EQ(first->lr, LearningRate(o, 60));
+  EXPECT_EQ(adamw.step(), 1u);
+  EXPECT_EQ(adamw.schedule_step(), 1u);
+  auto second = adamw.Step(&params, grads);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_FLOAT_EQ(second->lr, LearningRate(o, 1));
+}
+
 TEST(AdamWTest, FirstStepByHandWithDecayOnMatricesOnly) {
   auto layout = SmallLayout();
   AdamWOptions o;
