@@ -47,11 +47,17 @@ std::string Budget::Reason() const {
       steps_per_second, steps_per_second / fastest_steps_per_second,
       exchange_seconds, link, target_seconds,
       target_from_floor ? " (an exchange H_min cannot shorten)" : "",
-      guard == Guard::kDeadBand ? previous_steps : local_steps, bound);
+      guard == Guard::kDeadBand ? previous_steps : local_steps,
+      guard == Guard::kNoiseBand ? "" : bound);
   if (guard == Guard::kDeadBand) {
     absl::StrAppend(&out, "; kept H_i=", local_steps, ": the formula's ",
                     static_cast<int64_t>(raw_steps),
                     " is within the dead band");
+  } else if (guard == Guard::kNoiseBand) {
+    absl::StrAppend(&out, " (the formula's ", static_cast<int64_t>(raw_steps),
+                    " is within the noise band below H)");
+    if (previous_steps != 0 && previous_steps != local_steps)
+      absl::StrAppend(&out, " (was ", previous_steps, ")");
   } else if (previous_steps != 0 && previous_steps != local_steps) {
     absl::StrAppend(&out, " (was ", previous_steps, ")");
   }
@@ -167,6 +173,12 @@ BudgetPlan PlanBudgets(const std::vector<WorkerRates>& workers,
     b.raw_steps = std::round((target - b.exchange_seconds) * w.steps_per_second);
     b.local_steps = static_cast<uint32_t>(std::clamp(
         b.raw_steps, static_cast<double>(floor), static_cast<double>(top)));
+    if (b.local_steps < nominal &&
+        b.raw_steps >= (1.0 - options.noise_band_fraction) * nominal) {
+      b.local_steps = nominal;
+      b.guard = Budget::Guard::kNoiseBand;
+      continue;
+    }
     const uint32_t prev = r.previous_steps;
     if (prev >= floor && prev <= ceiling && prev != b.local_steps &&
         std::abs(static_cast<double>(b.local_steps) - prev) < dead_band) {
@@ -250,7 +262,7 @@ absl::StatusOr<std::vector<Budget>> DecodeBudgets(absl::string_view blob) {
     }
     if (basis > static_cast<uint8_t>(Budget::Basis::kAdaptive))
       return absl::DataLossError("rounds.budgets holds an unknown basis");
-    if (guard > static_cast<uint8_t>(Budget::Guard::kDeadBand))
+    if (guard > static_cast<uint8_t>(Budget::Guard::kNoiseBand))
       return absl::DataLossError("rounds.budgets holds an unknown guard");
     b.basis = static_cast<Budget::Basis>(basis);
     if (from_floor > 1)

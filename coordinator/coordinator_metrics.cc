@@ -14,7 +14,8 @@ namespace {
 
 constexpr const char* kBudgetReasons[] = {"no_measurement", "uniform",
                                           "adaptive", "min_clamp",
-                                          "nominal_clamp", "stretched"};
+                                          "nominal_clamp", "stretched",
+                                          "noise_band"};
 
 // A counter family registered with `registry` (name and help first, so a
 // family reads like its docs/metrics.md row).
@@ -50,6 +51,7 @@ const char* BudgetChangeReason(const Budget& budget) {
     case Budget::Basis::kAdaptive:
       break;
   }
+  if (budget.guard == Budget::Guard::kNoiseBand) return "noise_band";
   if (budget.raw_steps < budget.min_steps) return "min_clamp";
   // nominal_clamp: clamped down to the ceiling (H, or H_max above it).
   const uint32_t ceiling = std::max(budget.nominal_steps, budget.max_steps);

@@ -510,13 +510,18 @@ absl::Status Coordinator::ApplyReport(const v1::ReportRoundRequest& request,
   if (static_cast<int64_t>(request.round()) <= m.last_reported_round)
     return absl::OkStatus();  // a duplicate
   Contribute(job, m, -1);
+  // A member's first round in the job carries its start-up (oneDNN
+  // primitives, first-touch page faults: 74 steps/s against 84-105 later
+  // in the homogeneous sweep): s_i starts from its second.
+  const bool first_report = m.last_reported_round < 0;
   m.last_reported_round = static_cast<int64_t>(request.round());
   // s_i weighted by the round's length (link_model.h: short rounds run
   // faster than the sustained rate).
-  m.steps_per_second = UpdateStepRate(
-      m.steps_per_second, request.inner_steps(), request.compute_seconds(),
-      st.spec().outer().local_steps(), options_.ema_weight,
-      kMaxEstimateFactor);
+  if (!first_report)
+    m.steps_per_second = UpdateStepRate(
+        m.steps_per_second, request.inner_steps(), request.compute_seconds(),
+        st.spec().outer().local_steps(), options_.ema_weight,
+        kMaxEstimateFactor);
   // b_i from wire time only (the wait for a partner is not the link's):
   // per-peer samples when the worker sent them, else the whole exchange's
   // wire time; a report without wire time leaves b_i as it is.

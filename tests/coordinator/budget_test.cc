@@ -53,6 +53,21 @@ TEST(BudgetTest, HalfSpeedGetsHalfTheSteps) {
   EXPECT_DOUBLE_EQ(plan.target_round_seconds, 10 + 1);
 }
 
+// A formula's H_i less than 10% below H is H (the noise band): identical
+// workers measured a few percent apart keep the uniform H; a worker 12%
+// slower gets 12% fewer steps.
+TEST(BudgetTest, DifferencesInsideTheNoiseBandKeepTheNominalH) {
+  BudgetPlan plan =
+      PlanBudgets({{10, 1e8}, {9.2, 1e8}, {8.8, 1e8}}, Adaptive(1e8));
+  EXPECT_EQ(plan.budgets[0].local_steps, 100u);
+  EXPECT_EQ(plan.budgets[1].local_steps, 100u) << plan.budgets[1].Reason();
+  EXPECT_EQ(plan.budgets[1].guard, Budget::Guard::kNoiseBand);
+  EXPECT_THAT(plan.budgets[1].Reason(),
+              HasSubstr("the formula's 92 is within the noise band"));
+  EXPECT_EQ(plan.budgets[2].local_steps, 88u) << plan.budgets[2].Reason();
+  EXPECT_EQ(plan.budgets[2].guard, Budget::Guard::kNone);
+}
+
 TEST(BudgetTest, SlowLinkComputesLessAndFinishesWithTheOthers) {
   // 100 MB to move; three links at 100 MB/s (1 s), one at 25 MB/s (4 s).
   const double bytes = 1e8;

@@ -331,10 +331,15 @@ TEST_F(CoordinatorTest, BudgetsFollowMeasuredSpeed) {
   const uint64_t job = Start(spec);
   ASSERT_EQ(Ask(fast, job, -1)->local_steps(), 100u);
   ASSERT_EQ(Ask(slow, job, -1)->local_steps(), 100u);
-  ASSERT_TRUE(Report(fast, job, 0, 100, 10.0).ok());  // 10 steps/s
-  ASSERT_TRUE(Report(slow, job, 0, 100, 20.0).ok());  // 5 steps/s
-  auto f1 = Ask(fast, job, 0);
-  auto s1 = Ask(slow, job, 0);
+  // Round 0 is the members' warm-up: its rates are not used.
+  ASSERT_TRUE(Report(fast, job, 0, 100, 30.0).ok());
+  ASSERT_TRUE(Report(slow, job, 0, 100, 10.0).ok());
+  ASSERT_EQ(Ask(fast, job, 0)->local_steps(), 100u);
+  ASSERT_EQ(Ask(slow, job, 0)->local_steps(), 100u);
+  ASSERT_TRUE(Report(fast, job, 1, 100, 10.0).ok());  // 10 steps/s
+  ASSERT_TRUE(Report(slow, job, 1, 100, 20.0).ok());  // 5 steps/s
+  auto f1 = Ask(fast, job, 1);
+  auto s1 = Ask(slow, job, 1);
   EXPECT_EQ(f1->local_steps(), 100u);
   EXPECT_EQ(s1->local_steps(), 50u) << s1->budget_reason();
   EXPECT_THAT(s1->budget_reason(), HasSubstr("0.50x fastest"));
@@ -343,10 +348,30 @@ TEST_F(CoordinatorTest, BudgetsFollowMeasuredSpeed) {
   EXPECT_EQ(st->budget_changes(0).worker_id(), slow);
   EXPECT_EQ(st->budget_changes(0).old_local_steps(), 100u);
   EXPECT_EQ(st->budget_changes(0).new_local_steps(), 50u);
-  EXPECT_EQ(st->budget_changes(0).round(), 1u);
-  EXPECT_EQ(st->rounds_completed(), 1u);
-  EXPECT_EQ(st->tokens(), 2000u);
+  EXPECT_EQ(st->budget_changes(0).round(), 2u);
+  EXPECT_EQ(st->rounds_completed(), 2u);
+  EXPECT_EQ(st->tokens(), 4000u);
   EXPECT_FLOAT_EQ(st->train_loss(), 2.0f);
+}
+
+// A member's first round carries its start-up: its step rate is not used,
+// so round 1 is planned with the nominal H for everyone (before, a worker
+// 10% slower in its first round got 10% fewer steps in round 1, and the
+// dead band held it there), and budgets follow round 1's rates.
+TEST_F(CoordinatorTest, TheFirstRoundsStepRateIsAWarmUp) {
+  const uint64_t a = Register(), b = Register();
+  const uint64_t job = Start(Spec(2));
+  ASSERT_EQ(Ask(a, job, -1)->local_steps(), 100u);
+  ASSERT_EQ(Ask(b, job, -1)->local_steps(), 100u);
+  ASSERT_TRUE(Report(a, job, 0, 100, 10.0).ok());
+  ASSERT_TRUE(Report(b, job, 0, 100, 20.0).ok());  // half as fast, once
+  auto a1 = Ask(a, job, 0), b1 = Ask(b, job, 0);
+  EXPECT_EQ(a1->local_steps(), 100u) << a1->budget_reason();
+  EXPECT_EQ(b1->local_steps(), 100u) << b1->budget_reason();
+  EXPECT_THAT(b1->budget_reason(), HasSubstr("no measurement yet"));
+  ASSERT_TRUE(Report(a, job, 1, 100, 10.0).ok());
+  ASSERT_TRUE(Report(b, job, 1, 100, 10.0).ok());
+  EXPECT_EQ(Ask(b, job, 1)->local_steps(), 100u);
 }
 
 TEST_F(CoordinatorTest, SlowLinkGetsFewerSteps) {
@@ -355,21 +380,26 @@ TEST_F(CoordinatorTest, SlowLinkGetsFewerSteps) {
   const double model_bytes = ExchangeBytes(gasloc::ApplyJobSpecDefaults(Spec()), 4);
   ASSERT_GT(model_bytes, 0);
   for (uint64_t id : ids) ASSERT_EQ(Ask(id, job, -1)->round(), 0u);
-  for (size_t i = 0; i < ids.size(); ++i) {
-    // Everyone at 10 steps/s; the last one's link takes 4x as long.
-    const double exchange_s = i == 3 ? 4.0 : 1.0;
-    ASSERT_TRUE(Report(ids[i], job, 0, 100, 10.0,
-                       static_cast<uint64_t>(model_bytes), exchange_s)
-                    .ok());
+  for (uint64_t round : {0u, 1u}) {  // round 0's rates are a warm-up
+    for (size_t i = 0; i < ids.size(); ++i) {
+      // Everyone at 10 steps/s; the last one's link takes 4x as long.
+      const double exchange_s = i == 3 ? 4.0 : 1.0;
+      ASSERT_TRUE(Report(ids[i], job, round, 100, 10.0,
+                         static_cast<uint64_t>(model_bytes), exchange_s)
+                      .ok());
+    }
+    if (round == 0) {
+      for (uint64_t id : ids) ASSERT_EQ(Ask(id, job, 0)->local_steps(), 100u);
+    }
   }
   // The slow link bounds its pair's transfer (4 s): both compute
   // (11 - 4) * 10 = 70 steps; the other pair keeps H.
-  auto slow = Ask(ids[3], job, 0);
+  auto slow = Ask(ids[3], job, 1);
   ASSERT_EQ(slow->peers_size(), 1);
   EXPECT_EQ(slow->local_steps(), 70u) << slow->budget_reason();
   EXPECT_THAT(slow->budget_reason(), HasSubstr("bound by worker"));
   for (size_t i = 0; i < 3; ++i) {
-    auto a = Ask(ids[i], job, 0);
+    auto a = Ask(ids[i], job, 1);
     const bool with_slow = a->peers(0).worker_id() == ids[3];
     EXPECT_EQ(a->local_steps(), with_slow ? 70u : 100u) << a->budget_reason();
   }

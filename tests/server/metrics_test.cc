@@ -287,8 +287,9 @@ TEST_F(CoordinatorMetricsTest, EndpointMatchesDocsAndCountsEvents) {
     ASSERT_TRUE(service_->StartJob(&context, &start, &started).ok());
   }
   const uint64_t job = started.job().job_id();
-  // Worker c leaves at once; a and b run rounds 0 and 1; b is 4x slower,
-  // so its budget drops (adaptive) when round 1 is planned.
+  // Worker c leaves at once; a and b run rounds 0 to 2; b is 4x slower,
+  // so its budget drops (adaptive) when round 2 is planned (round 0's rates
+  // are the members' warm-up).
   {
     grpc::ServerContext context;
     v1::LeaveWorkerRequest leave;
@@ -300,8 +301,12 @@ TEST_F(CoordinatorMetricsTest, EndpointMatchesDocsAndCountsEvents) {
   Ask(b, job, -1);
   Report(a, job, 0, 10);
   Report(b, job, 0, 40);
-  clock_.Advance(absl::Seconds(2));
   EXPECT_EQ(Ask(a, job, 0).round(), 1u);
+  EXPECT_EQ(Ask(b, job, 0).round(), 1u);
+  Report(a, job, 1, 10);
+  Report(b, job, 1, 40);
+  clock_.Advance(absl::Seconds(2));
+  EXPECT_EQ(Ask(a, job, 1).round(), 2u);
   {
     grpc::ServerContext context;  // an RPC error: unknown job
     v1::GetJobRequest request;
@@ -319,8 +324,8 @@ TEST_F(CoordinatorMetricsTest, EndpointMatchesDocsAndCountsEvents) {
   EXPECT_EQ(scrape.Value("gasloc_coordinator_jobs", {{"state", "failed"}}), 0);
   EXPECT_EQ(scrape.Value("gasloc_coordinator_membership_epoch", {{"job_id", id}}), 1);
   EXPECT_EQ(scrape.Value("gasloc_coordinator_job_members", {{"job_id", id}}), 2);
-  EXPECT_EQ(scrape.Value("gasloc_coordinator_rounds_planned_total", {{"job_id", id}}), 2);
-  EXPECT_EQ(scrape.Value("gasloc_coordinator_round_planning_duration_seconds_count"), 2);
+  EXPECT_EQ(scrape.Value("gasloc_coordinator_rounds_planned_total", {{"job_id", id}}), 3);
+  EXPECT_EQ(scrape.Value("gasloc_coordinator_round_planning_duration_seconds_count"), 3);
   EXPECT_EQ(scrape.Value("gasloc_coordinator_worker_joins_total", {{"reason", "registered"}}), 3);
   EXPECT_EQ(scrape.Value("gasloc_coordinator_worker_leaves_total", {{"reason", "left"}}), 1);
   EXPECT_EQ(scrape.Value("gasloc_coordinator_budget_changes_total",
@@ -333,7 +338,7 @@ TEST_F(CoordinatorMetricsTest, EndpointMatchesDocsAndCountsEvents) {
   EXPECT_EQ(scrape.Value("gasloc_coordinator_worker_heartbeat_age_seconds",
                          {{"worker_id", absl::StrCat(b)}}),
             2);
-  EXPECT_EQ(scrape.Value("gasloc_coordinator_rpcs_total", {{"method", "GetAssignment"}}), 3);
+  EXPECT_EQ(scrape.Value("gasloc_coordinator_rpcs_total", {{"method", "GetAssignment"}}), 5);
   EXPECT_EQ(scrape.Value("gasloc_coordinator_rpc_errors_total",
                          {{"method", "GetJob"}, {"code", "NOT_FOUND"}}),
             1);
