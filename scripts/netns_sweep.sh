@@ -3,7 +3,7 @@
 # harness, one run after the other, then compares them (docs/heterogeneity.md).
 #
 #   sudo scripts/netns_sweep.sh SCENARIO.yaml [options]
-#     --algorithms "A B"   default "gasloc gasloc-uniform diloco dpsgd"
+#     --algorithms "A B"   default "gasloc gasloc-overlap gasloc-uniform diloco dpsgd"
 #     --seeds "S T"        default "1 2 3"
 #     --dpsgd-rounds N     D-PSGD does one step a round (default 2400; the
 #                          scenario's max_wall_seconds still applies)
@@ -14,7 +14,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-algorithms="gasloc gasloc-uniform diloco dpsgd"
+algorithms="gasloc gasloc-overlap gasloc-uniform diloco dpsgd"
 seeds="1 2 3"
 dpsgd_rounds=2400
 out=""
