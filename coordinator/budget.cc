@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -55,7 +56,13 @@ std::string Budget::Reason() const {
                     " is within the dead band");
   } else if (guard == Guard::kNoiseBand) {
     absl::StrAppend(&out, " (the formula's ", static_cast<int64_t>(raw_steps),
-                    " is within the noise band below H)");
+                    " is within the noise band below H");
+    if (noise_band > 0)
+      absl::StrAppend(&out, absl::StrFormat(
+                                ": %.0f%%, the rates' measured round-to-round "
+                                "noise",
+                                100 * noise_band));
+    absl::StrAppend(&out, ")");
     if (previous_steps != 0 && previous_steps != local_steps)
       absl::StrAppend(&out, " (was ", previous_steps, ")");
   } else if (previous_steps != 0 && previous_steps != local_steps) {
@@ -63,6 +70,20 @@ std::string Budget::Reason() const {
   }
   return out;
 }
+
+namespace {
+
+// The noise band of a worker (budget.h header comment).
+double NoiseBand(const BudgetOptions& options, double spread,
+                 double fastest_spread) {
+  if (spread < 0 || fastest_spread < 0) return options.max_noise_band_fraction;
+  return std::clamp(options.noise_band_sigmas * std::hypot(spread, fastest_spread),
+                    options.noise_band_fraction,
+                    std::max(options.noise_band_fraction,
+                             options.max_noise_band_fraction));
+}
+
+}  // namespace
 
 BudgetPlan PlanBudgets(const std::vector<WorkerRates>& workers,
                        const std::vector<WorkerRound>& round,
@@ -94,10 +115,13 @@ BudgetPlan PlanBudgets(const std::vector<WorkerRates>& workers,
   std::vector<double> exchange(workers.size(), -1);
   std::vector<double> known;
   known.reserve(workers.size());
-  double fastest = 0;
+  double fastest = 0, fastest_spread = 0;
   for (size_t i = 0; i < workers.size(); ++i) {
     const WorkerRates& w = workers[i];
-    fastest = std::max(fastest, w.steps_per_second);
+    if (w.steps_per_second > fastest) {
+      fastest = w.steps_per_second;
+      fastest_spread = w.step_rate_spread;
+    }
     if (round_of(i).exchange.seconds >= 0) {
       exchange[i] = round_of(i).exchange.seconds;
     } else if (w.bytes_per_second > 0 && options.exchange_bytes > 0) {
@@ -173,8 +197,9 @@ BudgetPlan PlanBudgets(const std::vector<WorkerRates>& workers,
     b.raw_steps = std::round((target - b.exchange_seconds) * w.steps_per_second);
     b.local_steps = static_cast<uint32_t>(std::clamp(
         b.raw_steps, static_cast<double>(floor), static_cast<double>(top)));
+    b.noise_band = NoiseBand(options, w.step_rate_spread, fastest_spread);
     if (b.local_steps < nominal &&
-        b.raw_steps >= (1.0 - options.noise_band_fraction) * nominal) {
+        b.raw_steps >= (1.0 - b.noise_band) * nominal) {
       b.local_steps = nominal;
       b.guard = Budget::Guard::kNoiseBand;
       continue;
@@ -190,9 +215,9 @@ BudgetPlan PlanBudgets(const std::vector<WorkerRates>& workers,
 }
 
 std::string EncodeBudgets(const std::vector<Budget>& budgets) {
-  const size_t magic = sizeof(kBudgetFormatV2) - 1;
+  const size_t magic = sizeof(kBudgetFormatV3) - 1;
   std::string out(magic + budgets.size() * kBudgetRecordBytes, '\0');
-  std::memcpy(out.data(), kBudgetFormatV2, magic);
+  std::memcpy(out.data(), kBudgetFormatV3, magic);
   char* p = out.data() + magic;
   auto put = [&p](const auto& v) {
     std::memcpy(p, &v, sizeof(v));
@@ -217,19 +242,31 @@ std::string EncodeBudgets(const std::vector<Budget>& budgets) {
     put(b.bound_bytes_per_second);
     put(b.previous_steps);
     put(b.max_steps);  // 0 before it
+    // Version 3 from here.
+    put(b.noise_band);
   }
   return out;
 }
 
 absl::StatusOr<std::vector<Budget>> DecodeBudgets(absl::string_view blob) {
-  const absl::string_view magic(kBudgetFormatV2, sizeof(kBudgetFormatV2) - 1);
-  const bool v2 = absl::StartsWith(blob, magic);
-  if (v2) blob.remove_prefix(magic.size());
-  const size_t record = v2 ? kBudgetRecordBytes : kBudgetRecordBytesV1;
+  int format = 1;
+  for (const auto& [magic, version] :
+       {std::pair<absl::string_view, int>{kBudgetFormatV3, 3},
+        std::pair<absl::string_view, int>{kBudgetFormatV2, 2}}) {
+    if (absl::StartsWith(blob, magic)) {
+      blob.remove_prefix(magic.size());
+      format = version;
+      break;
+    }
+  }
+  const bool v2 = format >= 2;
+  const size_t record = format == 3   ? kBudgetRecordBytes
+                        : format == 2 ? kBudgetRecordBytesV2
+                                      : kBudgetRecordBytesV1;
   if (blob.size() % record != 0)
     return absl::DataLossError(absl::StrCat(
         "rounds.budgets has ", blob.size(), " bytes of records, not a multiple of ",
-        record, v2 ? " (format 2)" : " (format 1)"));
+        record, " (format ", format, ")"));
   std::vector<Budget> budgets(blob.size() / record);
   const char* p = blob.data();
   auto get = [&p](auto& v) {
@@ -256,6 +293,7 @@ absl::StatusOr<std::vector<Budget>> DecodeBudgets(absl::string_view blob) {
       get(b.bound_bytes_per_second);
       get(b.previous_steps);
       get(b.max_steps);
+      if (format == 3) get(b.noise_band);
     } else {
       guard = 0;  // format 1 wrote zero padding here
       from_floor = 0;

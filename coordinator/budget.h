@@ -29,12 +29,20 @@
 // Oscillation guard (with the bounded estimate moves of link_model.h): a
 // change of H_i smaller than the dead band (dead_band_fraction of the
 // nominal H, at least one step) is not made; the previous H_i is kept.
-// Noise band: a formula's H_i less than noise_band_fraction below the
-// nominal H is H. Identical workers on a shared machine measure step rates
-// up to 14% apart from round to round (the homogeneous netns sweep); the
-// formula then gave them H_i of 69-79 for a uniform 80, which the dead band
-// held there. A difference that small is not worth a partner's waiting on
-// (a worker truly 10% slower makes its partner wait 10% of a round).
+// Noise band: a formula's H_i less than a band below the nominal H is H.
+// The band is what the rates' own round-to-round noise cannot tell apart:
+// noise_band_sigmas standard deviations of the difference between worker
+// i's and the fastest worker's single-round rates,
+//   band_i = clamp(sigmas * sqrt(spread_i^2 + spread_fastest^2),
+//                  noise_band_fraction, max_noise_band_fraction)
+// (spread = a worker's measured relative deviation of a round's rate from
+// its s_i; a worker whose spread is not measured yet gets the widest band).
+// Identical workers sharing a machine's cores measured single-round rates
+// of 78-108 steps/s (the homogeneous netns sweep, seed 3); a fixed 10%
+// band then let H_i of 67-71 for a uniform 80 through in 3.4% of rounds.
+// Planning on a difference that a round's own noise swamps gains nothing,
+// and a real difference larger than the widest band (one worker at half
+// compute, a slow link) is planned as before.
 //
 // Pure functions of their inputs; thread-safe.
 #ifndef GASLOC_COORDINATOR_BUDGET_H_
@@ -59,6 +67,10 @@ struct WorkerRates {
   // Link bandwidth from wire time, bytes per second (EMA); <= 0 = not
   // measured yet.
   double bytes_per_second = 0;
+  // Relative standard deviation of one round's step rate about
+  // steps_per_second (the noise band, header comment); < 0 = not measured
+  // yet (the widest band).
+  double step_rate_spread = 0;
 };
 
 // What the round itself brings to one worker's budget.
@@ -85,8 +97,11 @@ struct BudgetOptions {
   // Changes of H_i within this fraction of the nominal H (at least one
   // step) are not made.
   double dead_band_fraction = 0.05;
-  // A formula's H_i at least (1 - this) H and below H is H.
+  // A formula's H_i at least (1 - band) H and below H is H, band from the
+  // measured spreads (header comment) within these bounds.
   double noise_band_fraction = 0.10;
+  double noise_band_sigmas = 2;
+  double max_noise_band_fraction = 0.25;
 };
 
 // One worker's budget and the numbers behind it. The reason string is
@@ -117,6 +132,9 @@ struct Budget {
   double bound_bytes_per_second = 0;
   uint32_t previous_steps = 0;  // H_i of the previous round (0 = none)
   Guard guard = Guard::kNone;
+  // The noise band this worker's H_i was checked against, as a fraction
+  // of H (0: a record from before it).
+  double noise_band = 0;
 
   // E.g. "s_i=5 steps/s (0.50x fastest), c_i=1 s (bound by worker 3,
   // 12.5 MB/s), T=11 s: H_i=50"; "T=21 s (an exchange H_min cannot
@@ -150,13 +168,17 @@ inline BudgetPlan PlanBudgets(const std::vector<WorkerRates>& workers,
 double UpdateEma(double old_value, double sample, double weight);
 
 // The binary form of a round's budgets as the store keeps them
-// (docs/coordinator.md): the magic kBudgetFormatV2 then little-endian
+// (docs/coordinator.md): the magic kBudgetFormatV3 then little-endian
 // records of kBudgetRecordBytes; and back (DATA_LOSS on a malformed blob).
-// Blobs without the magic are the first format (records of
-// kBudgetRecordBytesV1, without the fields from bytes_per_second on).
+// Older blobs still decode: kBudgetFormatV2 with records of
+// kBudgetRecordBytesV2 (no noise band), and blobs without a magic, the
+// first format (records of kBudgetRecordBytesV1, without the fields from
+// bytes_per_second on).
 inline constexpr size_t kBudgetRecordBytesV1 = 56;
-inline constexpr size_t kBudgetRecordBytes = 88;
+inline constexpr size_t kBudgetRecordBytesV2 = 88;
+inline constexpr size_t kBudgetRecordBytes = 96;
 inline constexpr char kBudgetFormatV2[] = "BGT2";
+inline constexpr char kBudgetFormatV3[] = "BGT3";
 std::string EncodeBudgets(const std::vector<Budget>& budgets);
 absl::StatusOr<std::vector<Budget>> DecodeBudgets(absl::string_view blob);
 

@@ -106,8 +106,12 @@ void Coordinator::PlanNextRound(JobRec& job, absl::Time now) {
                              : ExpectedExchange{};
     if (e.bound_index >= 0 && static_cast<size_t>(e.bound_index) < ids.size())
       e.bound_peer = ids[e.bound_index];
-    rates.push_back({.steps_per_second = m.steps_per_second,
-                     .bytes_per_second = m.bytes_per_second});
+    rates.push_back(
+        {.steps_per_second = m.steps_per_second,
+         .bytes_per_second = m.bytes_per_second,
+         .step_rate_spread = m.step_rate_variance < 0
+                                 ? -1
+                                 : std::sqrt(m.step_rate_variance)});
     this_round.push_back({.exchange = e, .previous_steps = m.local_steps});
     old_steps.push_back(m.local_steps);
   }
@@ -517,11 +521,16 @@ absl::Status Coordinator::ApplyReport(const v1::ReportRoundRequest& request,
   m.last_reported_round = static_cast<int64_t>(request.round());
   // s_i weighted by the round's length (link_model.h: short rounds run
   // faster than the sustained rate).
-  if (!first_report)
+  if (!first_report) {
+    m.step_rate_variance = UpdateStepRateVariance(
+        m.step_rate_variance, m.steps_per_second, request.inner_steps(),
+        request.compute_seconds(), st.spec().outer().local_steps(),
+        options_.ema_weight);
     m.steps_per_second = UpdateStepRate(
         m.steps_per_second, request.inner_steps(), request.compute_seconds(),
         st.spec().outer().local_steps(), options_.ema_weight,
         kMaxEstimateFactor);
+  }
   // b_i from wire time only (the wait for a partner is not the link's):
   // per-peer samples when the worker sent them, else the whole exchange's
   // wire time; a report without wire time leaves b_i as it is.

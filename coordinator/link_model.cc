@@ -88,6 +88,17 @@ double UpdateStepRate(double current, double steps, double seconds,
   return BoundedEma(current, sample, weight * share, max_factor);
 }
 
+double UpdateStepRateVariance(double current, double estimate, double steps,
+                              double seconds, double nominal_steps,
+                              double weight) {
+  if (!(steps > 0) || !(seconds > 0) || !(estimate > 0)) return current;
+  const double deviation = steps / seconds / estimate - 1;
+  const double sample = deviation * deviation;
+  if (current < 0 || !(nominal_steps > 0)) return sample;
+  const double share = std::min(1.0, seconds / (nominal_steps / estimate));
+  return (1 - weight * share) * current + weight * share * sample;
+}
+
 double UpdateLinkEstimate(double current,
                           const std::vector<LinkObservation>& samples,
                           double ema_weight, double max_factor) {

@@ -102,6 +102,16 @@ double BoundedEma(double old_value, double sample, double weight,
 double UpdateStepRate(double current, double steps, double seconds,
                       double nominal_steps, double weight, double max_factor);
 
+// The relative variance of a round's step rate about s_i, updated with
+// that round's sample before s_i takes it (`estimate` = s_i then): an EMA
+// of (sample / estimate - 1)^2, the first deviation taken as is, its weight
+// scaled by the round's length as in UpdateStepRate. `current` < 0 = no
+// deviation measured yet; `estimate` <= 0 (the first sample) leaves it so.
+// The budget planner's noise band is sized from it (budget.h).
+double UpdateStepRateVariance(double current, double estimate, double steps,
+                              double seconds, double nominal_steps,
+                              double weight);
+
 }  // namespace gasloc::coordinator
 
 #endif  // GASLOC_COORDINATOR_LINK_MODEL_H_

@@ -59,6 +59,10 @@ struct StoredMember {
   // Last round the worker reported; -1 = none.
   int64_t last_reported_round = -1;
   double steps_per_second = 0;  // EMA of s_i
+  // EMA of a round's relative deviation from s_i, squared (link_model.h
+  // UpdateStepRateVariance; < 0 = not measured; not persisted: after a
+  // restart the planner uses its widest noise band until the next reports).
+  double step_rate_variance = -1;
   double bytes_per_second = 0;  // EMA of b_i
   uint32_t local_steps = 0;     // H_i of the latest planned round
   float train_loss = 0;

@@ -247,18 +247,38 @@ TEST(BudgetSimulationTest, HomogeneousClusterKeepsTheUniformBudget) {
           << "worker " << i << " round " << r << ": " << Describe(history, i);
 }
 
-// The same with +-5% on the measured rates, as identical workers sharing a
-// machine's cores measure them: still every H = H (the noise band). Before
-// it, such workers got H_i of 90-95 that the dead band then held.
+// The same with the measured rates moving +-5% and +-12% from round to
+// round, as identical workers sharing a machine's cores measure them (the
+// homogeneous netns sweep: single rounds at 78-108 steps/s): still every
+// H = H (the noise band). Before a band, at +-5% they got H_i of 90-95
+// that the dead band then held; with a fixed 10% band, at +-12% the worker
+// measured slowest against the one measured fastest got 83-89 (rounds 2-3).
 TEST(BudgetSimulationTest, HomogeneousClusterKeepsTheUniformBudgetThroughNoise) {
+  for (const double jitter : {0.05, 0.12}) {
+    std::vector<SimWorker> workers(4, {.steps_per_second = 10,
+                                       .models_per_second = 1});
+    ClusterSim sim(workers, v1::TOPOLOGY_RANDOM_ONE_PEER, jitter);
+    const std::vector<SimRound> history = sim.Run(30);
+    for (size_t i = 0; i < workers.size(); ++i)
+      for (size_t r = 0; r < history.size(); ++r)
+        EXPECT_GE(history[r].local_steps[i], 0.95 * kNominal)
+            << "jitter " << jitter << " worker " << i << " round " << r
+            << ": " << Describe(history, i);
+  }
+}
+
+// The same noise does not hide a worker at 0.6x: it is planned about 0.6 H
+// from the third round on.
+TEST(BudgetSimulationTest, ASlowWorkerIsPlannedThroughSharedCoreNoise) {
   std::vector<SimWorker> workers(4, {.steps_per_second = 10,
                                      .models_per_second = 1});
-  ClusterSim sim(workers, v1::TOPOLOGY_RANDOM_ONE_PEER, /*jitter=*/0.05);
+  workers[2].steps_per_second = 6;
+  ClusterSim sim(workers, v1::TOPOLOGY_RANDOM_ONE_PEER, /*jitter=*/0.12);
   const std::vector<SimRound> history = sim.Run(30);
-  for (size_t i = 0; i < workers.size(); ++i)
-    for (size_t r = 0; r < history.size(); ++r)
-      EXPECT_GE(history[r].local_steps[i], 0.95 * kNominal)
-          << "worker " << i << " round " << r << ": " << Describe(history, i);
+  SCOPED_TRACE(Describe(history, 2));
+  for (size_t r = 3; r < history.size(); ++r)
+    EXPECT_NEAR(history[r].local_steps[2], 0.6 * kNominal, 0.12 * kNominal)
+        << "round " << r;
 }
 
 // One link 10x slower on a one-peer matching: the slow-link worker always

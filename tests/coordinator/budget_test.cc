@@ -68,6 +68,41 @@ TEST(BudgetTest, DifferencesInsideTheNoiseBandKeepTheNominalH) {
   EXPECT_EQ(plan.budgets[2].guard, Budget::Guard::kNone);
 }
 
+// The band grows with the rates' measured round-to-round spread: 2 sd of
+// the difference of two workers' single-round rates, within [10%, 25%]; a
+// worker whose spread is not measured yet gets the widest band.
+TEST(BudgetTest, TheNoiseBandIsSizedFromTheMeasuredSpread) {
+  auto plan_with = [](double spread) {
+    return PlanBudgets({{.steps_per_second = 10, .bytes_per_second = 1e8,
+                         .step_rate_spread = spread},
+                        {.steps_per_second = 8.5, .bytes_per_second = 1e8,
+                         .step_rate_spread = spread},
+                        {.steps_per_second = 6, .bytes_per_second = 1e8,
+                         .step_rate_spread = spread}},
+                       Adaptive(1e8));
+  };
+  // Quiet rates (1%): the floor of 10%, and 85 steps are planned.
+  BudgetPlan plan = plan_with(0.01);
+  EXPECT_EQ(plan.budgets[1].local_steps, 85u) << plan.budgets[1].Reason();
+  EXPECT_DOUBLE_EQ(plan.budgets[1].noise_band, 0.10);
+  // Rates that move 8% a round: 2 * sqrt(2) * 8% = 22.6%, 85 is noise.
+  plan = plan_with(0.08);
+  EXPECT_EQ(plan.budgets[1].local_steps, 100u) << plan.budgets[1].Reason();
+  EXPECT_NEAR(plan.budgets[1].noise_band, 0.226, 0.001);
+  EXPECT_THAT(plan.budgets[1].Reason(),
+              HasSubstr("the formula's 85 is within the noise band below H: "
+                        "23%, the rates' measured round-to-round noise"));
+  // A worker at 0.6x is planned whatever the noise (the band is at most 25%).
+  EXPECT_EQ(plan.budgets[2].local_steps, 60u) << plan.budgets[2].Reason();
+  plan = plan_with(0.5);
+  EXPECT_DOUBLE_EQ(plan.budgets[2].noise_band, 0.25);
+  EXPECT_EQ(plan.budgets[2].local_steps, 60u) << plan.budgets[2].Reason();
+  // Not measured yet: the widest band.
+  plan = plan_with(-1);
+  EXPECT_DOUBLE_EQ(plan.budgets[1].noise_band, 0.25);
+  EXPECT_EQ(plan.budgets[1].local_steps, 100u);
+}
+
 TEST(BudgetTest, SlowLinkComputesLessAndFinishesWithTheOthers) {
   // 100 MB to move; three links at 100 MB/s (1 s), one at 25 MB/s (4 s).
   const double bytes = 1e8;
@@ -232,6 +267,7 @@ TEST(BudgetTest, EncodingRoundTripsAndReadsTheFirstFormat) {
   b.guard = Budget::Guard::kDeadBand;
   b.max_steps = 400;
   b.target_from_floor = true;
+  b.noise_band = 0.2;
   const std::string blob = EncodeBudgets({b, Budget{}});
   EXPECT_EQ(blob.size(), 4 + 2 * kBudgetRecordBytes);
   auto decoded = DecodeBudgets(blob);
@@ -244,6 +280,17 @@ TEST(BudgetTest, EncodingRoundTripsAndReadsTheFirstFormat) {
   EXPECT_EQ((*decoded)[0].max_steps, 400u);
   EXPECT_TRUE((*decoded)[0].target_from_floor);
   EXPECT_FALSE((*decoded)[1].target_from_floor);
+  EXPECT_DOUBLE_EQ((*decoded)[0].noise_band, 0.2);
+  // A second-format blob: "BGT2" and 88-byte records, no noise band.
+  std::string v2 = std::string(kBudgetFormatV2) +
+                   blob.substr(4, kBudgetRecordBytesV2) +
+                   blob.substr(4 + kBudgetRecordBytes, kBudgetRecordBytesV2);
+  auto second = DecodeBudgets(v2);
+  ASSERT_TRUE(second.ok()) << second.status();
+  ASSERT_EQ(second->size(), 2u);
+  EXPECT_EQ((*second)[0].max_steps, 400u);
+  EXPECT_DOUBLE_EQ((*second)[0].noise_band, 0);
+  EXPECT_FALSE(DecodeBudgets(v2.substr(0, v2.size() - 8)).ok());
   // A first-format blob (a state file from before): the first 56 bytes of
   // each record, with no magic.
   std::string v1 = blob.substr(4, kBudgetRecordBytesV1);

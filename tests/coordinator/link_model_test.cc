@@ -149,5 +149,22 @@ TEST(LinkModelTest, StepRateWeighsARoundByItsLength) {
   EXPECT_DOUBLE_EQ(UpdateStepRate(10, 1000, 1, 100, 0.9, 1.5), 15);
 }
 
+// The spread behind the noise band: the squared relative deviation of a
+// round's rate from s_i, averaged like s_i (a short round weighs less).
+TEST(LinkModelTest, StepRateVarianceIsTheRoundsSquaredRelativeDeviation) {
+  // No estimate yet (the first sample): nothing measured.
+  EXPECT_DOUBLE_EQ(UpdateStepRateVariance(-1, 0, 100, 10, 100, 0.3), -1);
+  // 110 steps in 10 s against s_i = 10: 10% fast, variance 0.01.
+  EXPECT_NEAR(UpdateStepRateVariance(-1, 10, 110, 10, 100, 0.3), 0.01, 1e-12);
+  // Then an EMA: a round on the estimate pulls it down by the weight.
+  EXPECT_NEAR(UpdateStepRateVariance(0.01, 10, 100, 10, 100, 0.3), 0.007,
+              1e-12);
+  // 9 steps in 1 s (10% slow) against a nominal 10 s: weight 0.3 * 0.1.
+  EXPECT_NEAR(UpdateStepRateVariance(0, 10, 9, 1, 100, 0.3), 0.03 * 0.01,
+              1e-12);
+  // No round: unchanged.
+  EXPECT_DOUBLE_EQ(UpdateStepRateVariance(0.02, 10, 0, 1, 100, 0.3), 0.02);
+}
+
 }  // namespace
 }  // namespace gasloc::coordinator
