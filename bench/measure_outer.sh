@@ -22,13 +22,15 @@
 #
 #   bench/measure_outer.sh [options] [CORPUS...]
 #     CORPUS          text files (default tests/data/tinyshakespeare.txt)
-#     --configs LIST  comma list of ALGO<H>[@ETA/GAMMA][+PLACEMENT] and
-#                     solo, ALGO one of gasloc, diloco, dpsgd, localsgd
-#                     (default gasloc50,diloco50,dpsgd1,gasloc1,solo);
-#                     @ETA/GAMMA sets GASLoC's outer step and momentum,
+#     --configs LIST  comma list of ALGO<H>[@ETA/GAMMA][+PLACEMENT][+2p]
+#                     [+lrX] and solo, ALGO one of gasloc, diloco, dpsgd,
+#                     localsgd (default gasloc50,diloco50,dpsgd1,gasloc1,
+#                     solo); @ETA/GAMMA sets GASLoC's outer step and
+#                     momentum (DiLoCo's and local SGD's outer lr and mu),
 #                     +local, +mixed or +pg its momentum placement (LOCAL,
-#                     MIXED, PSEUDO_GRADIENT), then +2p for two random
-#                     peers a round (e.g. gasloc50+pg+2p)
+#                     MIXED, PSEUDO_GRADIENT), +2p two random peers a
+#                     round, +lrX the inner AdamW peak learning rate X
+#                     (default --lr); e.g. gasloc50+pg+2p, dpsgd1+lr0.004
 #     --seeds N       seeds per configuration (default 3), from --first-seed
 #     --first-seed N  (default 1)
 #     --workers N     workers per cluster (default 4)
@@ -96,21 +98,28 @@ echo "corpus,config,seed,round,tokens,wall_s,worker_bpb_mean,worker_bpb_min,work
 cluster_run() {
   local corpus="$1" config="$2" seed="$3"
   local algo="${config%%[0-9]*}" rest="${config#"${config%%[0-9]*}"}"
-  local extra=()
+  local extra=() inner_lr="$lr"
+  if [[ "$rest" =~ ^(.*)\+lr([0-9]*\.?[0-9]+)$ ]]; then
+    rest="${BASH_REMATCH[1]}"; inner_lr="${BASH_REMATCH[2]}"
+  fi
   if [[ "$rest" == *+2p ]]; then rest="${rest%+2p}"; extra+=(--topology two_peer); fi
   if [[ "$rest" == *+mixed ]]; then rest="${rest%+mixed}"; extra+=(--placement mixed); fi
   if [[ "$rest" == *+local ]]; then rest="${rest%+local}"; extra+=(--placement local); fi
   if [[ "$rest" == *+pg ]]; then rest="${rest%+pg}"; extra+=(--placement pseudo_gradient); fi
   local h="${rest%%@*}"
   [[ "$h" =~ ^[1-9][0-9]*$ ]] || { echo "measure_outer: bad config $config" >&2; return 2; }
-  if [[ "$rest" == *@*/* ]]; then
-    local eg="${rest#*@}"; extra+=(--eta "${eg%/*}" --gamma "${eg#*/}")
-  fi
   case "$algo" in
     gasloc|diloco|dpsgd) ;;
     localsgd) algo=local-sgd ;;
     *) echo "measure_outer: unknown algorithm in $config" >&2; return 2 ;;
   esac
+  if [[ "$rest" == *@*/* ]]; then
+    local eg="${rest#*@}"
+    case "$algo" in
+      diloco|local-sgd) extra+=(--outer-lr "${eg%/*}" --mu "${eg#*/}") ;;
+      *) extra+=(--eta "${eg%/*}" --gamma "${eg#*/}") ;;
+    esac
+  fi
   if [ $(( steps % h )) -ne 0 ]; then
     echo "measure_outer: --steps $steps is not a multiple of H = $h ($config)" >&2; return 2
   fi
@@ -121,7 +130,7 @@ cluster_run() {
   rm -rf "$dir"
   scripts/local_cluster.sh --workers "$workers" --algorithm "$algo" \
     --local-steps "$h" --rounds "$rounds" --model "$model" \
-    --threads "$threads" --lr "$lr" --warmup "$warmup" --seed "$seed" \
+    --threads "$threads" --lr "$inner_lr" --warmup "$warmup" --seed "$seed" \
     --eval-windows "$eval_windows" --eval-every "$every" \
     --checkpoint-every "$every" --checkpoints-kept "$kept" --uniform-budget \
     --no-sample --build "$build" --run-dir "$dir" "${extra[@]}" "$corpus" \

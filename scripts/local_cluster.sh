@@ -24,6 +24,9 @@
 #                        the algorithm's budget policy)
 #     --eta X --gamma X  GASLoC outer step and momentum (default: the job
 #                        spec's defaults, 0.7 and 0.9)
+#     --outer-lr X --mu X  DiLoCo / local SGD outer learning rate and
+#                        Nesterov momentum (default: the job spec's, 0.7
+#                        and 0.9 for DiLoCo)
 #     --placement P      GASLoC momentum placement: local, mixed or
 #                        pseudo_gradient (default: the job spec's)
 #     --topology T       gossip graph of a round: one_peer, two_peer, ring
@@ -79,10 +82,11 @@ while [ $# -gt 0 ]; do
     --no-sample) sample=0; shift ;;
     --insecure) insecure=1; shift ;;
     --uniform-budget) budget_json=', "budgetPolicy": "BUDGET_POLICY_UNIFORM"'; shift ;;
-    --eta|--gamma)
+    --eta|--gamma|--outer-lr|--mu)
       [[ "${2:-}" =~ ^[0-9]*\.?[0-9]+$ ]] ||
         { echo "local_cluster: $1 wants a number, got '${2:-}'" >&2; exit 2; }
-      outer_json+=", \"${1#--}\": $2"; shift 2 ;;
+      field="${1#--}"; [ "$field" = outer-lr ] && field=lr
+      outer_json+=", \"$field\": $2"; shift 2 ;;
     --placement)
       case "${2:-}" in
         local|mixed|pseudo_gradient) outer_json+=", \"momentumPlacement\": \"MOMENTUM_PLACEMENT_${2^^}\"" ;;

@@ -199,8 +199,7 @@ absl::StatusOr<v1::ReportRoundRequest> RoundRunner::RunRound(
   if (algorithm == v1::ALGORITHM_DATA_PARALLEL) {
     status = DataParallelStep(assignment, &report);
   } else {
-    auto inner = RunInnerSteps(assignment.local_steps(), round, &report);
-    status = inner.status();
+    status = RunInnerSteps(assignment.local_steps(), round, &report);
     if (status.ok() && !AllFinite(params.flat()))
       status = absl::InternalError(absl::StrCat(
           "round ", round, ": parameters became non-finite during the inner "
@@ -366,40 +365,56 @@ absl::Status RoundRunner::EvaluateIfDue(const v1::Assignment& assignment,
   return absl::OkStatus();
 }
 
-absl::StatusOr<InnerStepResult> RoundRunner::RunInnerSteps(
-    uint32_t steps, uint64_t round, v1::ReportRoundRequest* report) {
+absl::StatusOr<RoundRunner::InnerSteps> RoundRunner::TakeInnerSteps(
+    uint64_t round, uint32_t first_step,
+    absl::FunctionRef<bool(uint32_t taken)> more,
+    absl::FunctionRef<uint64_t(uint32_t taken)> position) {
   const absl::Time start = clock_->Now();
   absl::Time step_start = start;
-  InnerStepResult total;
-  double loss_sum = 0;
-  for (uint32_t h = 0; h < steps; ++h) {
+  InnerSteps done;
+  for (; more(done.taken); ++done.taken) {
     if (cancelled_)
-      return absl::CancelledError(
-          absl::StrCat("round ", round, " abandoned after ", h, " steps"));
-    trainer_->SetScheduleStep(ScheduleStep(
-        round, options_.spec.outer().local_steps(), steps, h));
+      return absl::CancelledError(absl::StrCat(
+          "round ", round, " abandoned after ", first_step + done.taken,
+          " steps"));
+    trainer_->SetScheduleStep(position(done.taken));
     ASSIGN_OR_RETURN(InnerStepResult step, trainer_->Step());
-    total.tokens += step.tokens;
-    total.loss = step.loss;
-    loss_sum += step.loss;
+    done.tokens += step.tokens;
+    done.loss_sum += step.loss;
+    const uint32_t taken = done.taken + 1;
     const absl::Time now = clock_->Now();
     const double elapsed = Seconds(now - start);
     Progress({.round = round,
-              .inner_step = h + 1,
+              .inner_step = first_step + taken,
               .train_loss = step.loss,
-              .steps_per_second = elapsed > 0 ? (h + 1) / elapsed : 0,
-              .tokens_per_second = elapsed > 0 ? total.tokens / elapsed : 0,
+              .steps_per_second = elapsed > 0 ? taken / elapsed : 0,
+              .tokens_per_second = elapsed > 0 ? done.tokens / elapsed : 0,
               .activity = v1::WORKER_ACTIVITY_TRAINING,
               .step_seconds = Seconds(now - step_start),
               .step_tokens = step.tokens,
-              .round_mean_loss = loss_sum / (h + 1)});
+              .round_mean_loss = done.loss_sum / taken});
     step_start = now;
   }
+  done.seconds = Seconds(clock_->Now() - start);
+  return done;
+}
+
+absl::Status RoundRunner::RunInnerSteps(uint32_t steps, uint64_t round,
+                                        v1::ReportRoundRequest* report) {
+  const uint32_t nominal = options_.spec.outer().local_steps();
+  ASSIGN_OR_RETURN(
+      InnerSteps done,
+      TakeInnerSteps(
+          round, 0, [steps](uint32_t taken) { return taken < steps; },
+          [&](uint32_t taken) {
+            return ScheduleStep(round, nominal, steps, taken);
+          }));
   report->set_inner_steps(steps);
-  report->set_compute_seconds(Seconds(clock_->Now() - start));
-  report->set_tokens(total.tokens);
-  report->set_train_loss(steps > 0 ? static_cast<float>(loss_sum / steps) : 0);
-  return total;
+  report->set_compute_seconds(done.seconds);
+  report->set_tokens(done.tokens);
+  report->set_train_loss(
+      steps > 0 ? static_cast<float>(done.loss_sum / steps) : 0);
+  return absl::OkStatus();
 }
 
 absl::Status RoundRunner::GossipExchangeOverlapped(
@@ -424,52 +439,34 @@ absl::Status RoundRunner::GossipExchangeOverlapped(
   const uint32_t budget = assignment.local_steps();
   const uint64_t cap = static_cast<uint64_t>(kOverlapStepFactor) * nominal;
   const uint64_t allowed = cap > budget ? cap - budget : 0;
-  const absl::Time start = clock_->Now();
-  absl::Status status;
-  uint32_t extra = 0;
-  uint64_t tokens = 0;
-  double loss_sum = 0;
-  absl::Time step_start = start;
-  while (!exchange_done && extra < allowed && !cancelled_) {
-    trainer_->SetScheduleStep(
-        ScheduleStep(round, nominal, budget, budget > 0 ? budget - 1 : 0));
-    absl::StatusOr<InnerStepResult> step = trainer_->Step();
-    if (!step.ok()) {
-      status = step.status();
-      break;
-    }
-    ++extra;
-    tokens += step->tokens;
-    loss_sum += step->loss;
-    const absl::Time now = clock_->Now();
-    Progress({.round = round,
-              .inner_step = budget + extra,
-              .train_loss = step->loss,
-              .activity = v1::WORKER_ACTIVITY_TRAINING,
-              .step_seconds = Seconds(now - step_start),
-              .step_tokens = step->tokens,
-              .round_mean_loss = loss_sum / extra});
-    step_start = now;
-  }
+  const uint64_t last_planned =
+      ScheduleStep(round, nominal, budget, budget > 0 ? budget - 1 : 0);
+  absl::StatusOr<InnerSteps> during = TakeInnerSteps(
+      round, budget,
+      [&](uint32_t taken) { return !exchange_done && taken < allowed; },
+      [last_planned](uint32_t) { return last_planned; });
   const absl::Time computed = clock_->Now();
   exchange.join();
   const double waited = Seconds(clock_->Now() - computed);
   report->MergeFrom(exchanged);
-  if (!status.ok())
-    return absl::Status(status.code(),
-                        absl::StrCat("round ", round, ": inner step ", extra + 1,
-                                     " taken during the exchange: ",
-                                     status.message()));
+  if (absl::IsCancelled(during.status())) return during.status();
+  if (!during.ok())
+    return absl::Status(during.status().code(),
+                        absl::StrCat("round ", round,
+                                     ": an inner step taken during the "
+                                     "exchange: ",
+                                     during.status().message()));
+  const uint32_t extra = during->taken;
   // theta' = mix(theta_Hi) + (theta_now - theta_Hi).
   AddLocalChange(overlap_model_->flat(), overlap_base_->flat(), params.flat());
   const uint32_t planned = report->inner_steps();
   report->set_inner_steps(planned + extra);
-  report->set_tokens(report->tokens() + tokens);
+  report->set_tokens(report->tokens() + during->tokens);
   if (extra > 0)
     report->set_train_loss(static_cast<float>(
-        (report->train_loss() * planned + loss_sum) / (planned + extra)));
-  report->set_compute_seconds(report->compute_seconds() +
-                              Seconds(computed - start));
+        (report->train_loss() * planned + during->loss_sum) /
+        (planned + extra)));
+  report->set_compute_seconds(report->compute_seconds() + during->seconds);
   // Waiting is now only the time the worker did not compute: blocked on an
   // exchange that outlasted the steps it was allowed.
   report->set_wait_seconds(waited);

@@ -36,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "common/arena.h"
 #include "common/clock.h"
@@ -185,9 +186,24 @@ class RoundRunner {
                               std::optional<uint64_t> next_round = {});
 
  private:
-  absl::StatusOr<InnerStepResult> RunInnerSteps(uint32_t steps,
-                                                uint64_t round,
-                                                v1::ReportRoundRequest* report);
+  // What a run of inner steps did.
+  struct InnerSteps {
+    uint32_t taken = 0;
+    uint64_t tokens = 0;
+    double loss_sum = 0;
+    double seconds = 0;
+  };
+  // The inner-step loop of every algorithm but data-parallel: steps while
+  // more(taken) holds, each at schedule position position(taken), with one
+  // Progress report a step numbered from first_step + 1. A cancelled
+  // round stops with CANCELLED; a failed step returns its error.
+  absl::StatusOr<InnerSteps> TakeInnerSteps(
+      uint64_t round, uint32_t first_step,
+      absl::FunctionRef<bool(uint32_t taken)> more,
+      absl::FunctionRef<uint64_t(uint32_t taken)> position);
+  // A round's H_i planned steps, recorded in `report`.
+  absl::Status RunInnerSteps(uint32_t steps, uint64_t round,
+                             v1::ReportRoundRequest* report);
   // Sets report->val_bpb when `assignment`'s round is due for evaluation.
   absl::Status EvaluateIfDue(const v1::Assignment& assignment,
                              v1::ReportRoundRequest* report);

@@ -297,6 +297,39 @@ TEST(RoundRunner, OverlapComputesThroughALatePeersExchange) {
         << "element " << i;
 }
 
+// A round cancelled while its steps run beside the exchange is abandoned
+// like one cancelled in its planned steps: CANCELLED, and the model is the
+// round's start (before the shared step loop, the overlap's steps stopped
+// and the round was applied and reported done).
+TEST(RoundRunner, ACancelDuringTheOverlapAbandonsTheRound) {
+  v1::JobSpec spec = Spec(v1::ALGORITHM_GASLOC);
+  spec.mutable_outer()->set_local_steps(10);
+  spec.mutable_outer()->set_min_local_steps(1);
+  v1::JobSpec overlapping = spec;
+  overlapping.mutable_outer()->set_overlap_exchange(true);
+  InProcessNetwork network;
+  SimWorker first(network, 1, overlapping, +1.0f);
+  SimWorker second(network, 2, spec, -1.0f);
+  first.trainer.SleepOnEveryStep(absl::Milliseconds(20));
+  const std::vector<float> start(first.trainer.params().flat().begin(),
+                                 first.trainer.params().flat().end());
+  std::thread late([&] {
+    absl::SleepFor(absl::Milliseconds(150));
+    first.runner.Cancel();
+    absl::SleepFor(absl::Milliseconds(350));
+    (void)second.runner.RunRound(GossipAssignment(0, 2, {1}, 0.5f, 2));
+  });
+  auto report = first.runner.RunRound(GossipAssignment(0, 1, {2}, 0.5f, 2));
+  late.join();
+  ASSERT_FALSE(report.ok());
+  EXPECT_TRUE(absl::IsCancelled(report.status())) << report.status();
+  EXPECT_THAT(std::string(report.status().message()),
+              ::testing::HasSubstr("round 0 abandoned after"));
+  EXPECT_EQ(std::vector<float>(first.trainer.params().flat().begin(),
+                               first.trainer.params().flat().end()),
+            start);
+}
+
 TEST(RoundRunner, GossipWithoutMomentumAveragesExactly) {
   InProcessNetwork network;
   v1::JobSpec spec = Spec(v1::ALGORITHM_GASLOC);
