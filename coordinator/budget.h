@@ -36,7 +36,8 @@
 //   band_i = clamp(sigmas * sqrt(spread_i^2 + spread_fastest^2),
 //                  noise_band_fraction, max_noise_band_fraction)
 // (spread = a worker's measured relative deviation of a round's rate from
-// its s_i; a worker whose spread is not measured yet gets the widest band).
+// its s_i; while its or the fastest's spread is not measured yet, after
+// one counted round, the band is the widest).
 // Identical workers sharing a machine's cores measured single-round rates
 // of 78-108 steps/s (the homogeneous netns sweep, seed 3); a fixed 10%
 // band then let H_i of 67-71 for a uniform 80 through in 3.4% of rounds.

@@ -83,9 +83,12 @@ RoundDuties RoundDutiesAfter(const v1::JobSpec& spec, uint64_t round);
 // This worker's id is the transport's (PeerTransport::self_id(), the id
 // the daemon registered with), read where it is needed, never copied here.
 // outer.overlap_exchange: a round's inner steps, those taken during the
-// exchange included, stop at this many times H (the coordinator's
-// kStretchFactor, coordinator/budget.h, bounds a planned H_i the same way).
-inline constexpr uint32_t kOverlapStepFactor = 4;
+// exchange included, stop at this many times H. Twice the coordinator's
+// bound on a planned H_i (kStretchFactor, coordinator/budget.h): at 4 H the
+// one-slow-link sweep's fast workers reached the cap in a quarter of their
+// rounds (those with the slow link, whose copies take up to 5 rounds of
+// compute) and waited 8-15% of the time; at 8 H, 2% (docs/benchmarks.md).
+inline constexpr uint32_t kOverlapStepFactor = 8;
 
 struct RoundRunnerOptions {
   uint64_t job_id = 0;
