@@ -198,8 +198,15 @@ BudgetPlan PlanBudgets(const std::vector<WorkerRates>& workers,
     b.local_steps = static_cast<uint32_t>(std::clamp(
         b.raw_steps, static_cast<double>(floor), static_cast<double>(top)));
     b.noise_band = NoiseBand(options, w.step_rate_spread, fastest_spread);
-    if (b.local_steps < nominal &&
-        b.raw_steps >= (1.0 - b.noise_band) * nominal) {
+    // The spread-sized band covers the rate's share of the shortfall only:
+    // a link slower than the others (c_i, from wire time) is planned at
+    // the fixed band, as the rates were the fastest's.
+    const bool link_within_band =
+        (target - b.exchange_seconds) * fastest >=
+        (1.0 - options.noise_band_fraction) * nominal;
+    const double band =
+        link_within_band ? b.noise_band : options.noise_band_fraction;
+    if (b.local_steps < nominal && b.raw_steps >= (1.0 - band) * nominal) {
       b.local_steps = nominal;
       b.guard = Budget::Guard::kNoiseBand;
       continue;

@@ -30,7 +30,9 @@
 // change of H_i smaller than the dead band (dead_band_fraction of the
 // nominal H, at least one step) is not made; the previous H_i is kept.
 // Noise band: a formula's H_i less than a band below the nominal H is H.
-// The band is what the rates' own round-to-round noise cannot tell apart:
+// The band is noise_band_fraction, or wider where the link alone would
+// leave H_i within noise_band_fraction of H ((T - c_i) * s_fastest): then
+// what the rates' own round-to-round noise cannot tell apart:
 // noise_band_sigmas standard deviations of the difference between worker
 // i's and the fastest worker's single-round rates,
 //   band_i = clamp(sigmas * sqrt(spread_i^2 + spread_fastest^2),

@@ -97,6 +97,14 @@ TEST(BudgetTest, TheNoiseBandIsSizedFromTheMeasuredSpread) {
   plan = plan_with(0.5);
   EXPECT_DOUBLE_EQ(plan.budgets[2].noise_band, 0.25);
   EXPECT_EQ(plan.budgets[2].local_steps, 60u) << plan.budgets[2].Reason();
+  // A slower link is not hidden by the rates' noise: with c_i = 2.5 s of
+  // an 11 s round (the other's 1 s), 85 steps, whatever the spread.
+  plan = PlanBudgets({{.steps_per_second = 10, .bytes_per_second = 1e8,
+                       .step_rate_spread = 0.08},
+                      {.steps_per_second = 10, .bytes_per_second = 4e7,
+                       .step_rate_spread = 0.08}},
+                     Adaptive(1e8));
+  EXPECT_EQ(plan.budgets[1].local_steps, 85u) << plan.budgets[1].Reason();
   // Not measured yet: the widest band.
   plan = plan_with(-1);
   EXPECT_DOUBLE_EQ(plan.budgets[1].noise_band, 0.25);
