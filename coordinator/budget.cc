@@ -197,16 +197,18 @@ BudgetPlan PlanBudgets(const std::vector<WorkerRates>& workers,
     b.raw_steps = std::round((target - b.exchange_seconds) * w.steps_per_second);
     b.local_steps = static_cast<uint32_t>(std::clamp(
         b.raw_steps, static_cast<double>(floor), static_cast<double>(top)));
-    b.noise_band = NoiseBand(options, w.step_rate_spread, fastest_spread);
     // The spread-sized band covers the rate's share of the shortfall only:
-    // a link slower than the others (c_i, from wire time) is planned at
-    // the fixed band, as the rates were the fastest's.
+    // a link slower than the others (c_i, from wire time) is checked
+    // against the fixed band, as if the rates were the fastest's. The
+    // record keeps the band that was applied.
     const bool link_within_band =
         (target - b.exchange_seconds) * fastest >=
         (1.0 - options.noise_band_fraction) * nominal;
-    const double band =
-        link_within_band ? b.noise_band : options.noise_band_fraction;
-    if (b.local_steps < nominal && b.raw_steps >= (1.0 - band) * nominal) {
+    b.noise_band = link_within_band
+                       ? NoiseBand(options, w.step_rate_spread, fastest_spread)
+                       : options.noise_band_fraction;
+    if (b.local_steps < nominal &&
+        b.raw_steps >= (1.0 - b.noise_band) * nominal) {
       b.local_steps = nominal;
       b.guard = Budget::Guard::kNoiseBand;
       continue;
