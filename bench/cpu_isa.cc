@@ -9,7 +9,8 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/match.h"
 #include "absl/strings/strip.h"
-#include "dnnl.hpp"
+#include "worker/model/elementwise_loops.h"
+#include "worker/model/kernels.h"
 
 namespace gasloc::bench {
 namespace {
@@ -22,20 +23,6 @@ absl::string_view Field(absl::string_view cpuinfo, absl::string_view key) {
       return absl::StripAsciiWhitespace(kv[1]);
   }
   return {};
-}
-
-std::string OneDnnIsaName(dnnl::cpu_isa isa) {
-  switch (isa) {
-    case dnnl::cpu_isa::sse41: return "sse41";
-    case dnnl::cpu_isa::avx: return "avx";
-    case dnnl::cpu_isa::avx2: return "avx2";
-    case dnnl::cpu_isa::avx2_vnni: return "avx2_vnni";
-    case dnnl::cpu_isa::avx512_core: return "avx512_core";
-    case dnnl::cpu_isa::avx512_core_vnni: return "avx512_core_vnni";
-    case dnnl::cpu_isa::avx512_core_bf16: return "avx512_core_bf16";
-    case dnnl::cpu_isa::avx512_core_amx: return "avx512_core_amx";
-    default: return absl::StrCat("isa ", static_cast<int>(isa));
-  }
 }
 
 }  // namespace
@@ -69,7 +56,10 @@ std::string ThisCpu() {
   std::ifstream in("/proc/cpuinfo");
   std::stringstream text;
   text << in.rdbuf();
-  return DescribeCpu(text.str(), OneDnnIsaName(dnnl::get_effective_cpu_isa()));
+  return absl::StrCat(
+      DescribeCpu(text.str(), kernels::OneDnnIsaName()), "; bf16 ",
+      kernels::Bf16ComputeName(kernels::Bf16ComputeMode()), "; element loops ",
+      kernels::ActiveElementwiseLoops().isa);
 }
 
 }  // namespace gasloc::bench

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -27,6 +28,7 @@
 #include "common/job_spec.h"
 #include "common/omp_wait_policy.h"
 #include "dnnl.hpp"
+#include "worker/model/kernels.h"
 #include "worker/train/trainer.h"
 
 namespace gasloc::bench {
@@ -79,6 +81,24 @@ bool ParseArgs(int argc, char** argv, BenchOptions* o) {
   return ParseBenchFlags(argc, argv, "gasloc-bench train", kUsage, flags);
 }
 
+// What a --dtype computes on this CPU: "fp32", "bf16 native" or "bf16
+// emulated" (kernels::Bf16ComputeMode), printed beside every figure.
+std::string ComputedPrecision(const std::string& dtype) {
+  if (dtype != "bf16") return "fp32";
+  return absl::StrCat("bf16 ",
+                      kernels::Bf16ComputeName(kernels::Bf16ComputeMode()));
+}
+
+// A JSON string literal of `text` (quotes and backslashes escaped).
+std::string JsonString(const std::string& text) {
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += (c == '\n' ? ' ' : c);
+  }
+  return out + "\"";
+}
+
 // Best GFLOP/s of oneDNN matmuls at the model's shapes (M = batch * ctx rows
 // against the QKV, MLP and head weights), weights in oneDNN's preferred
 // blocked format (format_tag::any, reordered once), as the model uses them.
@@ -116,19 +136,22 @@ double MatmulPeakGflops(bool bf16, int64_t m, int64_t d, int threads) {
   return best;
 }
 
-// Runs the PyTorch side; returns its JSON line (empty on failure).
-std::string RunTorch(const BenchOptions& o, const ModelConfig& c, int batch,
-                     const std::string& data) {
+// Runs the PyTorch side; returns its JSON line, or the reason it failed
+// (PyTorch's bf16 needs AVX-512 too: on an AVX2-only CPU the comparison is
+// skipped with that reason, not the benchmark).
+absl::StatusOr<std::string> RunTorch(const BenchOptions& o,
+                                     const ModelConfig& c, int batch,
+                                     const std::string& data) {
   const std::string command = absl::StrFormat(
       "OMP_NUM_THREADS=%d OPENBLAS_NUM_THREADS=%d /usr/bin/python3 "
       "%s/bench/torch_train_bench.py --layers %d --d-model %d --heads %d "
       "--ctx %d --batch %d --threads %d --dtype %s --steps %d --warmup %d "
-      "--data '%s'",
+      "--data '%s' 2>&1",
       o.threads, o.threads, GASLOC_SOURCE_DIR, c.layers, c.d_model, c.heads,
       c.context, batch, o.threads, o.dtype, o.steps, o.warmup, data);
   std::FILE* pipe = ::popen(command.c_str(), "r");
-  if (pipe == nullptr) return "";
-  std::string last;
+  if (pipe == nullptr) return absl::InternalError("could not start PyTorch");
+  std::string last, last_other;
   char line[4096];
   while (std::fgets(line, sizeof(line), pipe) != nullptr) {
     std::string s(line);
@@ -139,13 +162,15 @@ std::string RunTorch(const BenchOptions& o, const ModelConfig& c, int batch,
     } else {
       std::printf("%s", s.c_str());
       std::fflush(stdout);
+      if (s.find_first_not_of(" \t\r\n") != std::string::npos) {
+        last_other = s.substr(0, s.find_last_not_of(" \t\r\n") + 1);
+      }
     }
   }
   const int rc = ::pclose(pipe);
-  if (rc != 0) {
-    std::fprintf(stderr, "gasloc-bench train: PyTorch run failed (%d): %s\n",
-                 rc, command.c_str());
-    return "";
+  if (rc != 0 || last.empty()) {
+    return absl::UnavailableError(absl::StrCat(
+        "PyTorch ", o.dtype, " run failed (status ", rc, "): ", last_other));
   }
   return last;
 }
@@ -165,41 +190,31 @@ struct OursResult {
   double peak_rss_bytes = 0, gflops = 0, fwd_bwd_gflops = 0;
 };
 
-std::optional<OursResult> RunOurs(const BenchOptions& o,
-                                  const v1::JobSpec& spec) {
+absl::StatusOr<OursResult> RunOurs(const BenchOptions& o,
+                                   const v1::JobSpec& spec) {
   TrainerOptions options;
   options.spec = spec;
   options.threads = o.threads;
   options.total_steps = static_cast<uint64_t>(o.steps);
   auto trainer = Trainer::Create(options);
-  if (!trainer.ok()) {
-    std::fprintf(stderr, "gasloc-bench train: %s\n",
-                 trainer.status().ToString().c_str());
-    return std::nullopt;
-  }
+  if (!trainer.ok()) return trainer.status();
   Trainer& t = **trainer;
   std::vector<double> step_s, fwd_bwd_s, optimizer_s;
+  const std::string computed = ComputedPrecision(o.dtype);
   for (int i = 0; i < o.steps; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
     auto loss = t.ComputeGradients();
     const auto t1 = std::chrono::steady_clock::now();
-    if (!loss.ok()) {
-      std::fprintf(stderr, "gasloc-bench train: %s\n",
-                   loss.status().ToString().c_str());
-      return std::nullopt;
-    }
+    if (!loss.ok()) return loss.status();
     auto applied = t.ApplyGradients();
     const auto t2 = std::chrono::steady_clock::now();
-    if (!applied.ok()) {
-      std::fprintf(stderr, "gasloc-bench train: %s\n",
-                   applied.status().ToString().c_str());
-      return std::nullopt;
-    }
+    if (!applied.ok()) return applied.status();
     const double s = Seconds(t0, t2);
     std::printf("step %d/%d loss %.4f ms %.1f (fwd+bwd %.1f, optimizer %.1f) "
-                "tok/s %.0f\n",
+                "tok/s %.0f [%s]\n",
                 i + 1, o.steps, *loss, s * 1e3, Seconds(t0, t1) * 1e3,
-                Seconds(t1, t2) * 1e3, t.tokens_per_step() / s);
+                Seconds(t1, t2) * 1e3, t.tokens_per_step() / s,
+                computed.c_str());
     std::fflush(stdout);
     if (i >= o.warmup || o.steps <= o.warmup) {
       step_s.push_back(s);
@@ -223,7 +238,7 @@ std::optional<OursResult> RunOurs(const BenchOptions& o,
   return r;
 }
 
-int RunTrainBench(int argc, char** argv) {
+int RunTrainBenchUnguarded(int argc, char** argv) {
   BenchOptions o;
   if (!ParseArgs(argc, argv, &o)) return 2;
   // As gasloc-train: passive OpenMP waiting after a short spin unless the
@@ -285,19 +300,36 @@ int RunTrainBench(int argc, char** argv) {
   add("heads", absl::StrCat(spec.model().heads()));
   add("ctx", absl::StrCat(spec.model().context()));
   add("batch", absl::StrCat(spec.training().batch()));
+  const std::string computed = ComputedPrecision(o.dtype);
+  add("computed_precision", JsonString(computed));
 
   double peak = 0;
   if (o.matmul_peak) {
+    // oneDNN's own kernels: a CPU without bf16 matmuls reports its bf16
+    // peak as skipped, with the reason.
     const int64_t m = int64_t{spec.training().batch()} * spec.model().context();
-    const double fp32 = MatmulPeakGflops(false, m, spec.model().d_model(), o.threads);
-    const double bf16 = MatmulPeakGflops(true, m, spec.model().d_model(), o.threads);
-    std::printf("oneDNN matmul peak (M %lld, d %u, %d threads): fp32 %.0f "
-                "GFLOP/s, bf16 %.0f GFLOP/s\n",
-                static_cast<long long>(m), spec.model().d_model(), o.threads,
-                fp32, bf16);
-    add("matmul_peak_fp32_gflops", absl::StrFormat("%.1f", fp32));
-    add("matmul_peak_bf16_gflops", absl::StrFormat("%.1f", bf16));
-    peak = o.dtype == "bf16" ? bf16 : fp32;
+    for (const bool bf16 : {false, true}) {
+      const char* name = bf16 ? "bf16" : "fp32";
+      try {
+        const double gflops =
+            MatmulPeakGflops(bf16, m, spec.model().d_model(), o.threads);
+        std::printf("oneDNN matmul peak (M %lld, d %u, %d threads): %s %.0f "
+                    "GFLOP/s\n",
+                    static_cast<long long>(m), spec.model().d_model(),
+                    o.threads, name, gflops);
+        add(absl::StrCat("matmul_peak_", name, "_gflops"),
+            absl::StrFormat("%.1f", gflops));
+        if ((o.dtype == "bf16") == bf16) peak = gflops;
+      } catch (const dnnl::error& e) {
+        const std::string why =
+            kernels::OneDnnStatus(absl::StrCat(name, " matmul peak"),
+                                  bf16 ? kernels::dt::bf16 : kernels::dt::f32,
+                                  e)
+                .ToString();
+        std::printf("oneDNN matmul peak %s: skipped: %s\n", name, why.c_str());
+        add(absl::StrCat("matmul_peak_", name, "_skipped"), JsonString(why));
+      }
+    }
   }
 
   double floor_ms = 0;
@@ -307,17 +339,26 @@ int RunTrainBench(int argc, char** argv) {
         .d_model = static_cast<int>(spec.model().d_model()),
         .heads = static_cast<int>(spec.model().heads()),
         .context = static_cast<int>(spec.model().context())};
-    const LinearFloor floor = MeasureLinearFloor(
-        c, static_cast<int>(spec.training().batch()), o.dtype == "bf16",
-        o.threads);
-    std::printf("linear matmuls alone (one call each, median):\n");
-    for (const LinearFloor::Part& part : floor.parts) {
-      std::printf("  %-18s %7.3f ms %6.0f GFLOP/s\n", part.name.c_str(),
-                  part.ms, part.gflops);
+    try {
+      const LinearFloor floor = MeasureLinearFloor(
+          c, static_cast<int>(spec.training().batch()), o.dtype == "bf16",
+          o.threads);
+      std::printf("linear matmuls alone (one call each, median) [%s]:\n",
+                  computed.c_str());
+      for (const LinearFloor::Part& part : floor.parts) {
+        std::printf("  %-18s %7.3f ms %6.0f GFLOP/s\n", part.name.c_str(),
+                    part.ms, part.gflops);
+      }
+      std::printf("linear floor of one step [%s]: %.1f ms\n", computed.c_str(),
+                  floor.step_ms);
+      floor_ms = floor.step_ms;
+      add("linear_floor_ms", absl::StrFormat("%.2f", floor_ms));
+    } catch (const dnnl::error& e) {
+      const std::string why =
+          kernels::OneDnnStatus("linear floor", kernels::dt::f32, e).ToString();
+      std::printf("linear floor: skipped: %s\n", why.c_str());
+      add("linear_floor_skipped", JsonString(why));
     }
-    std::printf("linear floor of one step: %.1f ms\n", floor.step_ms);
-    floor_ms = floor.step_ms;
-    add("linear_floor_ms", absl::StrFormat("%.2f", floor_ms));
   }
 
   if (o.steps <= 0) {
@@ -333,17 +374,30 @@ int RunTrainBench(int argc, char** argv) {
       .heads = static_cast<int>(spec.model().heads()),
       .context = static_cast<int>(spec.model().context())};
   OursResult ours;
-  std::string torch;
+  std::string torch, torch_skipped;
   std::vector<double> ratios;
   for (int round = 1; round <= o.rounds; ++round) {
     if (o.rounds > 1) std::printf("round %d/%d\n", round, o.rounds);
-    std::optional<OursResult> run = RunOurs(o, spec);
-    if (!run.has_value()) return 1;
+    absl::StatusOr<OursResult> run = RunOurs(o, spec);
+    if (!run.ok()) {
+      // Reported, not aborted: the reason goes in the JSON line.
+      const std::string why = run.status().ToString();
+      std::fprintf(stderr, "gasloc-bench train: %s\n", why.c_str());
+      add("skipped", JsonString(why));
+      json += "}";
+      std::printf("%s\n", json.c_str());
+      return 1;
+    }
     ours = *run;
     if (!o.compare_torch) continue;
-    torch = RunTorch(o, config, static_cast<int>(spec.training().batch()),
-                     o.data);
-    if (torch.empty()) return 1;
+    absl::StatusOr<std::string> torch_run = RunTorch(
+        o, config, static_cast<int>(spec.training().batch()), o.data);
+    if (!torch_run.ok()) {
+      torch_skipped = std::string(torch_run.status().message());
+      std::printf("PyTorch comparison skipped: %s\n", torch_skipped.c_str());
+      break;
+    }
+    torch = *torch_run;
     ratios.push_back(ours.tokens_per_s / JsonNumber(torch, "tokens_per_s"));
     std::printf("round %d: ours %.1f ms/step, PyTorch %.1f ms/step, ratio "
                 "%.3f\n",
@@ -363,7 +417,8 @@ int RunTrainBench(int argc, char** argv) {
     add("fraction_of_matmul_peak",
         absl::StrFormat("%.3f", ours.gflops / peak));
   }
-  if (o.compare_torch) {
+  if (!torch_skipped.empty()) add("torch_skipped", JsonString(torch_skipped));
+  if (o.compare_torch && torch_skipped.empty()) {
     add("torch", torch);
     add("rounds", absl::StrCat(o.rounds));
     std::string per_round;
@@ -385,6 +440,21 @@ int RunTrainBench(int argc, char** argv) {
   json += "}";
   std::printf("%s\n", json.c_str());
   return 0;
+}
+
+// No oneDNN error aborts the benchmark: one that escapes every narrower
+// handler ends the run with its reason in the JSON line.
+int RunTrainBench(int argc, char** argv) {
+  try {
+    return RunTrainBenchUnguarded(argc, argv);
+  } catch (const dnnl::error& e) {
+    const std::string why =
+        kernels::OneDnnStatus("gasloc-bench train", kernels::dt::f32, e)
+            .ToString();
+    std::fprintf(stderr, "gasloc-bench train: %s\n", why.c_str());
+    std::printf("{\"error\": %s}\n", JsonString(why).c_str());
+    return 1;
+  }
 }
 
 }  // namespace

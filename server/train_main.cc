@@ -20,6 +20,7 @@
 #include "common/job_spec.h"
 #include "common/omp_wait_policy.h"
 #include "common/status_macros.h"
+#include "worker/model/kernels.h"
 #include "worker/train/train_loop.h"
 #include "worker/train/trainer.h"
 
@@ -220,6 +221,7 @@ absl::Status Train(const TrainMainOptions& o) {
       trainer->params().layout().parameter_count(), trainer->batch(),
       o.precision.c_str(), trainer->threads(), o.data.c_str(),
       trainer->corpus().train().size(), trainer->corpus().validation().size());
+  std::printf("compute: %s\n", kernels::ComputeSummary().c_str());
   if (spec.training().mode() == v1::TRAIN_MODE_LOCAL_RGC) {
     std::printf("local RGC: %u stages, %s\n",
                 spec.training().local_rgc().stages(),

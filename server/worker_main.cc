@@ -28,6 +28,8 @@
 #include "prometheus/registry.h"
 #include "server/metrics_endpoint.h"
 #include "worker/daemon/worker_daemon.h"
+#include "worker/model/elementwise_loops.h"
+#include "worker/model/kernels.h"
 #include "worker/round/trainer_adapter.h"
 #include "worker/train/trainer.h"
 
@@ -184,6 +186,12 @@ int RunWorker() {
   // Metrics: one registry, exposed on --metrics_port, injected.
   auto registry = std::make_shared<prometheus::Registry>();
   WorkerMetrics metrics(*registry);
+  // What this CPU computes with, said once: a bf16 job on a CPU without
+  // bf16 matmuls runs emulated (docs/training.md).
+  GASLOC_LOG(INFO) << "gasloc-worker compute: " << kernels::ComputeSummary();
+  metrics.RecordCompute(
+      kernels::OneDnnIsaName(), kernels::ActiveElementwiseLoops().isa,
+      kernels::Bf16ComputeName(kernels::Bf16ComputeMode()));
   std::unique_ptr<prometheus::Exposer> exposer;
   if (absl::GetFlag(FLAGS_metrics_port) != 0) {
     auto started = StartMetricsEndpoint(absl::GetFlag(FLAGS_metrics_port),

@@ -12,10 +12,11 @@ namespace {
 
 using testing::JsonNumber;
 
+// fp32, which PyTorch computes on every CPU (its bf16 needs AVX-512).
 TEST(TrainBenchTest, TinyShapeReportsFloorAndMedianRatioOverRounds) {
   const testing::BenchRun run = testing::RunBench(
       "train --layers=1 --d-model=32 --heads=2 --ctx=32 --batch=2 "
-      "--threads=2 --steps=3 --warmup=1 --dtype=bf16 --linear-floor "
+      "--threads=2 --steps=3 --warmup=1 --dtype=fp32 --linear-floor "
       "--compare-torch --rounds=2");
   ASSERT_EQ(run.status, 0) << run.output;
   const std::string& out = run.output;
@@ -36,6 +37,45 @@ TEST(TrainBenchTest, TinyShapeReportsFloorAndMedianRatioOverRounds) {
   EXPECT_GT(r1, 0);
   EXPECT_GT(r2, 0);
   EXPECT_NEAR(JsonNumber(last, "speedup_vs_torch"), (r1 + r2) / 2, 1e-3) << last;
+  EXPECT_NE(last.find("\"computed_precision\": \"fp32\""), std::string::npos)
+      << last;
+}
+
+// bf16 on any CPU (run capped to AVX2 in CI too): the figures carry the
+// precision actually computed, native or emulated; what oneDNN cannot do
+// here (its own bf16 matmul peak on AVX2) is skipped with the reason, and
+// a PyTorch that cannot run bf16 skips the comparison, never the run.
+TEST(TrainBenchTest, Bf16ReportsTheComputedPrecisionOnEveryCpu) {
+  const testing::BenchRun run = testing::RunBench(
+      "train --layers=1 --d-model=32 --heads=2 --ctx=32 --batch=2 "
+      "--threads=2 --steps=2 --warmup=1 --dtype=bf16 --linear-floor "
+      "--matmul-peak --compare-torch");
+  ASSERT_EQ(run.status, 0) << run.output;
+  const std::string& last = run.json;
+  const bool native =
+      last.find("\"computed_precision\": \"bf16 native\"") != std::string::npos;
+  const bool emulated =
+      last.find("\"computed_precision\": \"bf16 emulated\"") != std::string::npos;
+  EXPECT_TRUE(native != emulated) << last;
+  const std::string tag = native ? "[bf16 native]" : "[bf16 emulated]";
+  EXPECT_NE(run.output.find("linear floor of one step " + tag),
+            std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("tok/s"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find(tag), std::string::npos) << run.output;
+  EXPECT_GT(JsonNumber(last, "tokens_per_s"), 0) << last;
+  EXPECT_GT(JsonNumber(last, "linear_floor_ms"), 0) << last;
+  EXPECT_GT(JsonNumber(last, "matmul_peak_fp32_gflops"), 0) << last;
+  if (native) {
+    EXPECT_GT(JsonNumber(last, "matmul_peak_bf16_gflops"), 0) << last;
+  } else {
+    EXPECT_NE(last.find("\"matmul_peak_bf16_skipped\": \"INTERNAL: bf16 matmul "
+                        "peak in bf16 on this CPU (oneDNN isa "),
+              std::string::npos) << last;
+  }
+  // Either PyTorch ran bf16 here, or the comparison says why it did not.
+  EXPECT_TRUE(JsonNumber(last, "speedup_vs_torch") > 0 ||
+              last.find("\"torch_skipped\": \"PyTorch bf16 run failed") !=
+                  std::string::npos) << last;
 }
 
 }  // namespace

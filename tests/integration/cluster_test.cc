@@ -4,6 +4,7 @@
 // DiLoCo leaves them bit-identical; a peer killed with SIGKILL makes its
 // partner time out within the deadline and carry on.
 #include <signal.h>
+#include <stdlib.h>
 
 #include <cmath>
 #include <iterator>
@@ -132,6 +133,48 @@ TEST(ClusterTest, GossipPairCollapsesTheDistance) {
   EXPECT_LT(after, 1e-4 * before.back())
       << "distance before the last exchange " << before.back() << ", after "
       << after;
+}
+
+// A mixed cluster (issue 37): one worker capped to AVX2 (oneDNN's
+// ONEDNN_MAX_CPU_ISA and the project's GASLOC_ELEMENTWISE_ISA, as on an
+// AVX2-only CPU: bf16 emulated), one not, train one bf16 GASLoC job to the
+// end with falling validation bpb on both; each says in its log and metric
+// what it computes with.
+TEST(ClusterTest, Bf16JobTrainsOnAMixedClusterWithAnAvx2Worker) {
+  Cluster cluster("mixed-isa");
+  ASSERT_NO_FATAL_FAILURE(cluster.StartCoordinator());
+  const int capped_metrics = PickFreePort();
+  // The child inherits the environment at start; this process never runs
+  // oneDNN, so the cap reaches the first worker alone.
+  ::setenv("ONEDNN_MAX_CPU_ISA", "AVX2", 1);
+  ::setenv("GASLOC_ELEMENTWISE_ISA", "avx2", 1);
+  cluster.StartWorkers(1, {capped_metrics});
+  ::unsetenv("ONEDNN_MAX_CPU_ISA");
+  ::unsetenv("GASLOC_ELEMENTWISE_ISA");
+  if (::testing::Test::HasFatalFailure()) return;
+  ASSERT_NO_FATAL_FAILURE(cluster.StartWorkers(1));
+  v1::JobSpec spec = cluster.TinySpec(v1::ALGORITHM_GASLOC, 4, 2);
+  spec.mutable_training()->set_precision(v1::PRECISION_BF16);
+  const uint64_t job = cluster.StartJob(spec);
+  const v1::JobStatus status = cluster.WaitForJobEnd(job, absl::Seconds(150));
+  EXPECT_EQ(status.state(), v1::JOB_STATE_FINISHED) << status.message();
+  EXPECT_GE(status.rounds_completed(), 4u);
+  auto metrics = HttpGet(capped_metrics, "/metrics");
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  EXPECT_THAT(*metrics, ::testing::ContainsRegex(
+                            "gasloc_worker_compute_info\\{[^}]*bf16=\"emulated\""
+                            "[^}]*onednn_isa=\"avx2\"[^}]*\\} 1"));
+  cluster.StopAll();
+  EXPECT_THAT(cluster.WorkerLog(0),
+              ::testing::HasSubstr("oneDNN isa avx2, element loops avx2, "
+                                   "bf16 emulated"));
+  for (int i = 0; i < 2; ++i) {
+    const std::vector<double> bpb = LoggedValBpb(cluster.WorkerLog(i));
+    ASSERT_GE(bpb.size(), 2u) << "worker " << i << " log:\n"
+                              << cluster.WorkerLog(i);
+    EXPECT_LT(bpb.back(), bpb.front()) << "worker " << i;
+    EXPECT_LT(bpb.back(), 7.0) << "worker " << i;
+  }
 }
 
 // GASLoC over workers that train with local RGC (algorithms.md section 6):

@@ -104,6 +104,7 @@ v1::JobSpec Spec() {
 // A worker through one job: steps, a round with a timed-out peer, an
 // error, a checkpoint.
 void DriveWorker(WorkerMetrics& metrics, uint64_t job_id) {
+  metrics.RecordCompute("avx2", "avx2", "emulated");
   metrics.BeginJob(job_id, 3);
   metrics.RecordRoundStart(8);
   for (int i = 0; i < 8; ++i) metrics.RecordStep(0.02, 256, 3.5 - 0.1 * i, 12800);

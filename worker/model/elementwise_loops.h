@@ -5,7 +5,8 @@
 // for the AVX2 baseline, and for CPUs with AVX512_BF16, where a bf16 store
 // is one vcvtneps2bf16 instead of ten integer instructions (GELU 35% faster,
 // docs/benchmarks.md). The build is picked once per process from CPUID;
-// GASLOC_ELEMENTWISE_ISA=avx2 forces the baseline. Both builds round to
+// GASLOC_ELEMENTWISE_ISA=avx2 forces the baseline (the project's cap,
+// used with oneDNN's ONEDNN_MAX_CPU_ISA=AVX2 to run a machine as AVX2-only). Both builds round to
 // nearest even; the AVX512_BF16 one flushes bf16 denormals (|x| < 1.2e-38)
 // to zero, as the instruction does.
 //
@@ -39,10 +40,14 @@ struct ElementwiseLoops {
   void (*to_bf16)(const float* in, int64_t n, uint16_t* out);
 };
 
-// The build this process uses (chosen on first call).
+// The build this process uses (chosen on first call): the last runnable.
 const ElementwiseLoops& ActiveElementwiseLoops();
-// Every build this CPU can run, the AVX2 baseline first (tests run each).
+// Every build this process may run, the AVX2 baseline first (tests run
+// each): only the baseline under GASLOC_ELEMENTWISE_ISA=avx2, which makes
+// the process behave as on an AVX2-only CPU.
 std::vector<const ElementwiseLoops*> RunnableElementwiseLoops();
+// True when GASLOC_ELEMENTWISE_ISA=avx2 (read once per process).
+bool CappedToAvx2();
 
 // The builds, each in its own translation unit.
 const ElementwiseLoops& Avx2ElementwiseLoops();

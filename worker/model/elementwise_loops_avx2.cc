@@ -22,20 +22,27 @@ const ElementwiseLoops& Avx2ElementwiseLoops() {
   return loops;
 }
 
+// GASLOC_ELEMENTWISE_ISA=avx2: the process behaves as on an AVX2-only CPU
+// (with ONEDNN_MAX_CPU_ISA=AVX2 for oneDNN), read once.
+bool CappedToAvx2() {
+  static const bool capped = [] {
+    const char* forced = std::getenv("GASLOC_ELEMENTWISE_ISA");
+    return forced != nullptr && std::strcmp(forced, "avx2") == 0;
+  }();
+  return capped;
+}
+
 std::vector<const ElementwiseLoops*> RunnableElementwiseLoops() {
   std::vector<const ElementwiseLoops*> builds = {&Avx2ElementwiseLoops()};
-  if (CpuRunsAvx512Bf16()) builds.push_back(&Avx512Bf16ElementwiseLoops());
+  if (!CappedToAvx2() && CpuRunsAvx512Bf16()) {
+    builds.push_back(&Avx512Bf16ElementwiseLoops());
+  }
   return builds;
 }
 
 const ElementwiseLoops& ActiveElementwiseLoops() {
-  static const ElementwiseLoops* const active = [] {
-    const char* forced = std::getenv("GASLOC_ELEMENTWISE_ISA");
-    if (forced != nullptr && std::strcmp(forced, "avx2") == 0) {
-      return &Avx2ElementwiseLoops();
-    }
-    return RunnableElementwiseLoops().back();
-  }();
+  static const ElementwiseLoops* const active =
+      RunnableElementwiseLoops().back();
   return *active;
 }
 

@@ -55,6 +55,110 @@ dnnl::memory::desc PlainMd(const Dims& dims, dt type) {
 
 // ---------------------------------------------------------------- Matmul
 
+// bf16 operands on a CPU whose oneDNN has no bf16 matmul: each bf16 operand
+// with a fixed layout gets a dense f32 copy (filled by a reorder before the
+// call; the output's copy narrowed into it after), a bf16 `any` weight
+// becomes an f32 `any` one. Offsets are in floats into the caller's scratch.
+struct Matmul::Widening {
+  bool a = false, b = false, c = false;
+  dnnl::reorder a_in, b_in, c_in, c_out;  // c_in: only when accumulating
+  size_t a_at = 0, b_at = 0, c_at = 0, floats = 0;
+  size_t pad_bytes = 0;  // the reorders' scratchpad in user mode
+};
+
+namespace {
+
+bool IsBf16(const dnnl::memory::desc& md) { return md.data_type() == dt::bf16; }
+bool IsAny(const dnnl::memory::desc& md) {
+  return md.data.format_kind == dnnl_format_kind_any;
+}
+dnnl::memory::desc DenseF32(const dnnl::memory::desc& md) {
+  return PlainMd(md.dims(), dt::f32);
+}
+size_t Floats(const dnnl::memory::desc& md) { return md.get_size() / 4; }
+
+// A reorder between two descriptors, in user scratchpad mode when asked
+// (so that several threads can run it at once), adding its scratchpad
+// size to `pad_bytes`'s maximum.
+dnnl::reorder MakeReorder(DnnlEnv* env, const dnnl::memory::desc& from,
+                          const dnnl::memory::desc& to, bool user_pad,
+                          size_t* pad_bytes) {
+  dnnl::primitive_attr attr;
+  if (user_pad) attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  dnnl::reorder::primitive_desc pd(env->engine, from, env->engine, to, attr);
+  *pad_bytes = std::max(*pad_bytes, pd.scratchpad_desc().get_size());
+  return dnnl::reorder(pd);
+}
+
+void RunReorder(const dnnl::reorder& r, dnnl::stream& stream,
+                const dnnl::memory& from, const dnnl::memory& to,
+                const dnnl::memory* pad) {
+  std::unordered_map<int, dnnl::memory> args = {{DNNL_ARG_FROM, from},
+                                                {DNNL_ARG_TO, to}};
+  if (pad != nullptr) args.emplace(DNNL_ARG_SCRATCHPAD, *pad);
+  r.execute(stream, args);
+}
+
+// Can oneDNN build a bf16 matmul on this CPU (after ONEDNN_MAX_CPU_ISA)?
+bool OneDnnHasBf16Matmul() {
+  try {
+    dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+    const dnnl::memory::desc md = PlainMd({16, 16}, dt::bf16);
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(md, md, md), engine);
+    return true;
+  } catch (const dnnl::error&) {
+    return false;
+  }
+}
+
+}  // namespace
+
+void RoundToBf16InPlace(float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] = Bf16ToFloat(FloatToBf16(x[i]));
+}
+
+Bf16Compute Bf16ComputeMode() {
+  static const Bf16Compute mode =
+      OneDnnHasBf16Matmul() ? Bf16Compute::kNative : Bf16Compute::kWidened;
+  return mode;
+}
+
+const char* Bf16ComputeName(Bf16Compute mode) {
+  return mode == Bf16Compute::kNative ? "native" : "emulated";
+}
+
+std::string OneDnnIsaName() {
+  switch (dnnl::get_effective_cpu_isa()) {
+    case dnnl::cpu_isa::sse41: return "sse41";
+    case dnnl::cpu_isa::avx: return "avx";
+    case dnnl::cpu_isa::avx2: return "avx2";
+    case dnnl::cpu_isa::avx2_vnni: return "avx2_vnni";
+    case dnnl::cpu_isa::avx512_core: return "avx512_core";
+    case dnnl::cpu_isa::avx512_core_vnni: return "avx512_core_vnni";
+    case dnnl::cpu_isa::avx512_core_bf16: return "avx512_core_bf16";
+    case dnnl::cpu_isa::avx512_core_amx: return "avx512_core_amx";
+    default: return "other";
+  }
+}
+
+std::string ComputeSummary() {
+  const Bf16Compute mode = Bf16ComputeMode();
+  return std::string("oneDNN isa ") + OneDnnIsaName() + ", element loops " +
+         ActiveElementwiseLoops().isa + ", bf16 " + Bf16ComputeName(mode) +
+         (mode == Bf16Compute::kNative
+              ? " (oneDNN bf16 matmuls)"
+              : " (bf16 storage and rounding, f32 matmul arithmetic)");
+}
+
+absl::Status OneDnnStatus(std::string_view operation, dt precision,
+                          const dnnl::error& error) {
+  std::string message(operation);
+  message += precision == dt::bf16 ? " in bf16" : " in fp32";
+  message += " on this CPU (oneDNN isa " + OneDnnIsaName() + ", bf16 " +
+             Bf16ComputeName(Bf16ComputeMode()) + "): " + error.what();
+  return absl::InternalError(message);
+}
+
 Matmul::Matmul(DnnlEnv* env, const Desc& desc) : env_(env), desc_(desc) {
   dnnl::primitive_attr attr;
   if (desc.user_scratchpad) attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
@@ -65,35 +169,108 @@ Matmul::Matmul(DnnlEnv* env, const Desc& desc) : env_(env), desc_(desc) {
     if (desc.add) ops.append_binary(desc.add_alg, desc.add_md);
     attr.set_post_ops(ops);
   }
+  // The descriptors the primitive runs with: f32 in place of bf16 when
+  // this CPU has no bf16 matmul (a bf16 post-op operand is fine there).
+  dnnl::memory::desc a = desc.a, b = desc.b, c = desc.c;
+  std::shared_ptr<Widening> w;
+  if ((IsBf16(a) || IsBf16(b) || IsBf16(c)) &&
+      Bf16ComputeMode() == Bf16Compute::kWidened) {
+    w = std::make_shared<Widening>();
+    auto place = [&](dnnl::memory::desc& md, bool* widen, size_t* at) {
+      if (!IsBf16(md)) return;
+      if (IsAny(md)) {
+        md = dnnl::memory::desc(md.dims(), dt::f32,
+                                dnnl::memory::format_tag::any);
+        return;
+      }
+      *widen = true;
+      md = DenseF32(md);
+      *at = w->floats;
+      w->floats += (Floats(md) + 15) / 16 * 16;  // 64-byte aligned offsets
+    };
+    place(a, &w->a, &w->a_at);
+    place(b, &w->b, &w->b_at);
+    place(c, &w->c, &w->c_at);
+  }
   const Dims c_dims = desc.c.dims();
   if (desc.bias) {
     Dims bias_dims(c_dims.size(), 1);
     bias_dims.back() = c_dims.back();
     bias_md_ = PlainMd(bias_dims, dt::f32);
-    pd_ = dnnl::matmul::primitive_desc(
-        dnnl::matmul::desc(desc.a, desc.b, bias_md_, desc.c), attr,
-        env->engine);
-  } else {
-    pd_ = dnnl::matmul::primitive_desc(dnnl::matmul::desc(desc.a, desc.b, desc.c),
+    pd_ = dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, b, bias_md_, c),
                                        attr, env->engine);
+  } else {
+    pd_ = dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, b, c), attr,
+                                       env->engine);
   }
   prim_ = dnnl::matmul(pd_);
   weights_md_ = pd_.weights_desc();
+  if (w != nullptr) {
+    const bool user = desc.user_scratchpad;
+    if (w->a) w->a_in = MakeReorder(env, desc.a, a, user, &w->pad_bytes);
+    if (w->b) w->b_in = MakeReorder(env, desc.b, b, user, &w->pad_bytes);
+    if (w->c) {
+      w->c_out = MakeReorder(env, c, desc.c, user, &w->pad_bytes);
+      if (desc.accumulate) {
+        w->c_in = MakeReorder(env, desc.c, c, user, &w->pad_bytes);
+      }
+    }
+    // A bf16 `any` weight now runs as f32: the caller writes that layout.
+    if (!w->b && IsBf16(desc.b)) weights_md_ = pd_.weights_desc();
+    scratch_.resize(desc.user_scratchpad ? 0 : w->floats);
+    widening_ = std::move(w);
+  }
+}
+
+void Matmul::Execute(dnnl::stream& stream, const dnnl::memory& a,
+                     const dnnl::memory& b, const dnnl::memory& c,
+                     const std::unordered_map<int, dnnl::memory>& args,
+                     const dnnl::memory* pad) const {
+  if (widening_ == nullptr) {
+    prim_.execute(stream, args);
+    return;
+  }
+  const Widening& w = *widening_;
+  if (w.a) RunReorder(w.a_in, stream, a, args.at(DNNL_ARG_SRC), pad);
+  if (w.b) RunReorder(w.b_in, stream, b, args.at(DNNL_ARG_WEIGHTS), pad);
+  if (w.c && desc_.accumulate) {
+    RunReorder(w.c_in, stream, c, args.at(DNNL_ARG_DST), pad);
+  }
+  prim_.execute(stream, args);
+  if (w.c) RunReorder(w.c_out, stream, args.at(DNNL_ARG_DST), c, pad);
+}
+
+dnnl::memory Matmul::RunMemory(const dnnl::memory::desc& given, bool widen,
+                               size_t at, const dnnl::memory& caller,
+                               const dnnl::engine& engine,
+                               float* scratch) const {
+  if (!widen) return caller;
+  return dnnl::memory(DenseF32(given), engine, scratch + at);
 }
 
 void Matmul::Run(const void* a, const void* b, void* c, const float* bias,
                  const void* add) {
+  const dnnl::memory a_mem = Mem(desc_.a, env_, a);
+  const dnnl::memory b_mem = Mem(widening_ && widening_->b ? desc_.b
+                                                           : weights_md_,
+                                 env_, b);
+  const dnnl::memory c_mem = Mem(desc_.c, env_, c);
+  const Widening none;
+  const Widening& w = widening_ ? *widening_ : none;
   std::unordered_map<int, dnnl::memory> args = {
-      {DNNL_ARG_SRC, Mem(desc_.a, env_, a)},
-      {DNNL_ARG_WEIGHTS, Mem(weights_md_, env_, b)},
-      {DNNL_ARG_DST, Mem(desc_.c, env_, c)}};
+      {DNNL_ARG_SRC, RunMemory(desc_.a, w.a, w.a_at, a_mem, env_->engine,
+                               scratch_.data())},
+      {DNNL_ARG_WEIGHTS, RunMemory(desc_.b, w.b, w.b_at, b_mem, env_->engine,
+                                   scratch_.data())},
+      {DNNL_ARG_DST, RunMemory(desc_.c, w.c, w.c_at, c_mem, env_->engine,
+                               scratch_.data())}};
   if (desc_.bias) args.emplace(DNNL_ARG_BIAS, Mem(bias_md_, env_, bias));
   if (desc_.add) {
     args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(desc_.accumulate ? 1 : 0) |
                      DNNL_ARG_SRC_1,
                  Mem(desc_.add_md, env_, add));
   }
-  prim_.execute(env_->stream, args);
+  Execute(env_->stream, a_mem, b_mem, c_mem, args, nullptr);
   env_->stream.wait();
 }
 
@@ -101,10 +278,26 @@ Matmul::Bound::Bound(const Matmul& matmul, const dnnl::engine& engine,
                      void* scratchpad)
     : matmul_(&matmul),
       a_(matmul.desc_.a, engine, nullptr),
-      b_(matmul.weights_md_, engine, nullptr),
-      c_(matmul.desc_.c, engine, nullptr),
-      args_{{DNNL_ARG_SRC, a_}, {DNNL_ARG_WEIGHTS, b_}, {DNNL_ARG_DST, c_}} {
+      b_(matmul.widening_ && matmul.widening_->b ? matmul.desc_.b
+                                                 : matmul.weights_md_,
+         engine, nullptr),
+      c_(matmul.desc_.c, engine, nullptr) {
+  const Widening none;
+  const Widening& w = matmul.widening_ ? *matmul.widening_ : none;
+  scratch_.resize(w.floats);
+  args_ = {{DNNL_ARG_SRC, matmul.RunMemory(matmul.desc_.a, w.a, w.a_at, a_,
+                                           engine, scratch_.data())},
+           {DNNL_ARG_WEIGHTS, matmul.RunMemory(matmul.desc_.b, w.b, w.b_at,
+                                               b_, engine, scratch_.data())},
+           {DNNL_ARG_DST, matmul.RunMemory(matmul.desc_.c, w.c, w.c_at, c_,
+                                           engine, scratch_.data())}};
   if (matmul.desc_.user_scratchpad) {
+    if (w.pad_bytes > 0) {  // the widening reorders' share of the pad
+      pad_ = std::make_unique<dnnl::memory>(
+          dnnl::memory::desc({static_cast<int64_t>(w.pad_bytes)}, dt::u8,
+                             dnnl::memory::format_tag::a),
+          engine, scratchpad);
+    }
     args_.emplace(DNNL_ARG_SCRATCHPAD,
                   dnnl::memory(matmul.pd_.scratchpad_desc(), engine, scratchpad));
   }
@@ -115,14 +308,18 @@ void Matmul::Bound::Run(dnnl::stream& stream, const void* a, const void* b,
   a_.set_data_handle(const_cast<void*>(a));
   b_.set_data_handle(const_cast<void*>(b));
   c_.set_data_handle(c);
-  matmul_->prim_.execute(stream, args_);
+  matmul_->Execute(stream, a_, b_, c_, args_, pad_.get());
 }
 
 size_t Matmul::scratchpad_bytes() const {
-  return pd_.scratchpad_desc().get_size();
+  const size_t own = pd_.scratchpad_desc().get_size();
+  return widening_ ? std::max(own, widening_->pad_bytes) : own;
 }
 
-std::string Matmul::impl() const { return pd_.impl_info_str(); }
+std::string Matmul::impl() const {
+  return pd_.impl_info_str() +
+         (widening_ ? std::string(" (bf16 widened to f32)") : std::string());
+}
 
 // ---------------------------------------------------------------- Linear
 
@@ -191,6 +388,13 @@ void Linear::PrepareWeights(const float* w, void* fwd, void* bwd,
   to_fwd_.execute(on, src_t, dst_fwd);
   to_bwd_.execute(on, src, dst_bwd);
   on.wait();
+  // Widened bf16: the copies are f32, holding what a bf16 copy would.
+  if (options_.cdt == dt::bf16 && fwd_.widened()) {
+    RoundToBf16InPlace(static_cast<float*>(fwd), fwd_weights_bytes() / 4);
+  }
+  if (options_.cdt == dt::bf16 && bwd_data_.widened()) {
+    RoundToBf16InPlace(static_cast<float*>(bwd), bwd_weights_bytes() / 4);
+  }
 }
 
 size_t Linear::fwd_weights_bytes() const {
@@ -334,8 +538,8 @@ void LayerNorm::Backward(const float* x, const float* gain, const float* mean,
 
 // ---------------------------------------------------------------- Gelu
 
-Gelu::Gelu(DnnlEnv* env, int64_t n, dt type) : env_(env) {
-  md_ = PlainMd({n}, type);
+Gelu::Gelu(DnnlEnv* env, int64_t n) : env_(env) {
+  md_ = PlainMd({n}, dt::f32);
   fwd_pd_ = dnnl::eltwise_forward::primitive_desc(
       dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_training,
                                   dnnl::algorithm::eltwise_gelu_erf, md_),

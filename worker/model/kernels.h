@@ -22,9 +22,11 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "oneapi/dnnl/dnnl.hpp"
 
 namespace gasloc::kernels {
@@ -43,6 +45,34 @@ size_t DtSize(dt type);
 // bf16 <-> f32 scalar conversions (round to nearest even).
 uint16_t FloatToBf16(float x);
 float Bf16ToFloat(uint16_t x);
+// x[i] = bf16 round-to-nearest-even of x[i], kept as f32, for n values.
+void RoundToBf16InPlace(float* x, int64_t n);
+
+// How this process computes a matmul with bf16 operands. kNative: oneDNN
+// has a bf16 matmul on this CPU (AMX, AVX512_BF16, or its own AVX-512
+// conversion). kWidened: it has none (AVX2-only CPUs, or ONEDNN_MAX_CPU_ISA
+// capped below AVX-512), so Matmul widens bf16 operands to f32, runs the
+// f32 kernel and narrows a bf16 output: the same bf16 storage and rounding,
+// with f32 arithmetic (a product of two bf16 values is exact in f32, so the
+// results match a native bf16 matmul up to the order of f32 additions).
+// Probed once per process (oneDNN reads its ISA cap once).
+enum class Bf16Compute { kNative, kWidened };
+Bf16Compute Bf16ComputeMode();
+// "native" or "emulated" (the metric label and log word).
+const char* Bf16ComputeName(Bf16Compute mode);
+// The instruction set oneDNN dispatches to in this process, e.g. "avx2",
+// "avx512_core_bf16", "avx512_core_amx" (after ONEDNN_MAX_CPU_ISA).
+std::string OneDnnIsaName();
+// INTERNAL naming what failed (`operation`, with its shapes), the
+// precision, this process's oneDNN ISA and oneDNN's message: every
+// dnnl::error caught in the trainer becomes this, so a user reads that the
+// CPU is the cause where it is one.
+absl::Status OneDnnStatus(std::string_view operation, dt precision,
+                          const dnnl::error& error);
+// One line for logs and benchmarks: the ISA, the element loops' build and
+// what bf16 does, e.g. "oneDNN isa avx2, element loops avx2, bf16
+// emulated (f32 arithmetic on bf16-rounded operands)".
+std::string ComputeSummary();
 
 // A memory descriptor with explicit strides (in elements).
 dnnl::memory::desc StridedMd(const Dims& dims, dt type, const Dims& strides);
@@ -84,19 +114,42 @@ class Matmul {
     const Matmul* matmul_;
     dnnl::memory a_, b_, c_;
     std::unordered_map<int, dnnl::memory> args_;
+    std::vector<float> scratch_;  // widened operands (this thread's)
+    std::unique_ptr<dnnl::memory> pad_;
   };
   // The weights layout the primitive runs with (b's, unless b was `any`).
+  // When widened() and b was a bf16 `any`, this is an f32 blocked layout:
+  // the caller writes bf16-rounded f32 values (Linear::PrepareWeights).
   const dnnl::memory::desc& weights_md() const { return weights_md_; }
-  // The implementation oneDNN picked (e.g. "brg:avx512_core").
+  // The implementation oneDNN picked (e.g. "brg:avx512_core"), with
+  // " (bf16 widened to f32)" when widened().
   std::string impl() const;
+  // True when bf16 operands are widened to f32 (Bf16Compute::kWidened).
+  bool widened() const { return widening_ != nullptr; }
 
  private:
+  // The f32 copies of bf16 operands and the reorders that fill them.
+  struct Widening;
+  // Runs the primitive on `stream` with `args` (whose SRC, WEIGHTS, DST are
+  // the f32 copies of widened operands): widens a, b (and c when
+  // accumulating) into them first and narrows the f32 output into c after.
+  void Execute(dnnl::stream& stream, const dnnl::memory& a,
+               const dnnl::memory& b, const dnnl::memory& c,
+               const std::unordered_map<int, dnnl::memory>& args,
+               const dnnl::memory* pad) const;
+  // `caller` itself, or the dense f32 copy at `scratch + at` when widened.
+  dnnl::memory RunMemory(const dnnl::memory::desc& given, bool widen,
+                         size_t at, const dnnl::memory& caller,
+                         const dnnl::engine& engine, float* scratch) const;
+
   DnnlEnv* env_;
   Desc desc_;
   dnnl::matmul::primitive_desc pd_;
   dnnl::matmul prim_;
   dnnl::memory::desc bias_md_;
   dnnl::memory::desc weights_md_;
+  std::shared_ptr<const Widening> widening_;  // null: native
+  std::vector<float> scratch_;                // Run's f32 copies
 };
 
 // A linear layer y = x W^T + b on M rows with the (out, in) weight of the
@@ -177,11 +230,13 @@ class LayerNorm {
   std::vector<float> partial_;  // per thread: dgain (C), dbias (C)
 };
 
-// Exact (erf) GELU on n elements of type `type`. Reference: ref::GeluForward
+// Exact (erf) GELU on n f32 elements (oneDNN eltwise; the fp32 model's).
+// bf16 runs GeluWithDerivative below instead, which every CPU can run
+// (oneDNN has no bf16 eltwise without AVX-512). Reference: ref::GeluForward
 // / GeluBackward.
 class Gelu {
  public:
-  Gelu(DnnlEnv* env, int64_t n, dt type);
+  Gelu(DnnlEnv* env, int64_t n);
   void Forward(const void* x, void* y);
   void Backward(const void* x, const void* dy, void* dx);
 

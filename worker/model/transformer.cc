@@ -454,7 +454,9 @@ absl::StatusOr<float> TransformerModel::ForwardBackward(
     EmbedBackward(tokens, stride, dx, g);
     return static_cast<float>(loss);
   } catch (const dnnl::error& e) {
-    return absl::InternalError(absl::StrCat("oneDNN: ", e.what()));
+    return kernels::OneDnnStatus(absl::StrCat(__func__, " of batch ", batch,
+                                              ", length ", length),
+                                 cdt_, e);
   }
 }
 
@@ -475,7 +477,9 @@ absl::StatusOr<float> TransformerModel::Forward(const FloatArena& params,
     return static_cast<float>(
         DecoderForward(x[L], tokens + 1, stride, /*want_grad=*/false));
   } catch (const dnnl::error& e) {
-    return absl::InternalError(absl::StrCat("oneDNN: ", e.what()));
+    return kernels::OneDnnStatus(absl::StrCat(__func__, " of batch ", batch,
+                                              ", length ", length),
+                                 cdt_, e);
   }
 }
 
@@ -502,7 +506,8 @@ absl::Status TransformerModel::NextByteLogits(const FloatArena& params,
                 sizeof(float) * kVocabSize);
     return absl::OkStatus();
   } catch (const dnnl::error& e) {
-    return absl::InternalError(absl::StrCat("oneDNN: ", e.what()));
+    return kernels::OneDnnStatus(absl::StrCat("NextByteLogits of length ", length),
+                                 cdt_, e);
   }
 }
 

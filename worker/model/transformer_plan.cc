@@ -75,7 +75,9 @@ absl::StatusOr<std::unique_ptr<TransformerPlan>> TransformerPlan::Build(
     plan->fc2 = linear(kFc2);
     plan->head = linear(kHead);
     plan->ln = std::make_unique<kernels::LayerNorm>(M, C, kLayerNormEps, cdt);
-    plan->gelu = std::make_unique<kernels::Gelu>(env, int64_t{M} * 4 * C, cdt);
+    if (cdt == dt::f32) {  // bf16 fuses GELU into its own loop and fc2
+      plan->gelu = std::make_unique<kernels::Gelu>(env, int64_t{M} * 4 * C);
+    }
     plan->attn = std::make_unique<kernels::CausalAttention>(
         env, length, C, config.heads, cdt);
     plan->heads = std::make_unique<kernels::HeadLayout>(env, batch, length, C,
@@ -87,9 +89,10 @@ absl::StatusOr<std::unique_ptr<TransformerPlan>> TransformerPlan::Build(
           env, int64_t{M} * kVocabSize, dt::f32, cdt);
     }
   } catch (const dnnl::error& e) {
-    return absl::InternalError(
+    return kernels::OneDnnStatus(
         absl::StrCat("oneDNN could not build the primitives for batch ", batch,
-                     ", length ", length, ": ", e.what()));
+                     ", length ", length, ", d_model ", C),
+        cdt, e);
   }
   // Blocked weight copies: one allocation for all blocks and the head.
   const int blocks = end_block - first_block;
@@ -148,6 +151,7 @@ absl::Status TransformerPlan::WriteWeights(
     thread_streams->emplace_back(env->engine);
   }
   std::string error;
+  const char* cdt_name = qkv->options().cdt == dt::bf16 ? "bf16" : "fp32";
 #pragma omp parallel for num_threads(nthreads) schedule(dynamic, 1)
   for (int job = 0; job < jobs; ++job) {
     try {
@@ -168,7 +172,9 @@ absl::Status TransformerPlan::WriteWeights(
     }
   }
   if (!error.empty()) {
-    return absl::InternalError(absl::StrCat("oneDNN weight reorder: ", error));
+    return absl::InternalError(absl::StrCat(
+        "oneDNN weight reorder (", cdt_name, ", oneDNN isa ",
+        kernels::OneDnnIsaName(), "): ", error));
   }
   return absl::OkStatus();
 }

@@ -74,7 +74,7 @@ struct TransformerPlan {
   std::unique_ptr<kernels::Linear> fc2;   // (M, 4C) -> (M, C), + residual
   std::unique_ptr<kernels::Linear> head;  // (M, C) -> (M, V) f32, no bias
   std::unique_ptr<kernels::LayerNorm> ln;       // (M, C), every LayerNorm
-  std::unique_ptr<kernels::Gelu> gelu;          // (M, 4C); fp32 mode
+  std::unique_ptr<kernels::Gelu> gelu;          // (M, 4C); fp32 mode only
   std::unique_ptr<kernels::CausalAttention> attn;
   std::unique_ptr<kernels::HeadLayout> heads;   // to and from head-major
   // bf16 mode only: f32 -> bf16 of a residual-stream gradient (M, C) and

@@ -102,6 +102,10 @@ WorkerMetrics::WorkerMetrics(prometheus::Registry& registry,
                            "RMS L2 distance to the round's used gossip peers' "
                            "iterates before averaging (neighbourhood "
                            "estimate of the consensus distance)")),
+      compute_info_(Gauge(registry, "gasloc_worker_compute_info",
+                          "1, labelled with what this worker computes with: "
+                          "oneDNN ISA, element loops, bf16 native or "
+                          "emulated")),
       step_duration_(Histogram(registry,
                                "gasloc_worker_inner_step_duration_seconds",
                                "Wall time of one inner step")),
@@ -120,6 +124,16 @@ WorkerMetrics::WorkerMetrics(prometheus::Registry& registry,
       scrape_gauges_(std::make_shared<ScrapeCollectable>(
           [this] { return CollectScrapeGauges(); })),
       clock_(clock != nullptr ? clock : &RealClock::Get()) {}
+
+void WorkerMetrics::RecordCompute(const std::string& onednn_isa,
+                                  const std::string& elementwise_isa,
+                                  const std::string& bf16) {
+  compute_info_
+      .Add({{"onednn_isa", onednn_isa},
+            {"elementwise_isa", elementwise_isa},
+            {"bf16", bf16}})
+      .Set(1);
+}
 
 void WorkerMetrics::RemoveSeries(const JobSeries& s) {
   inner_steps_.Remove(s.inner_steps);

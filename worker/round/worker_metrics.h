@@ -76,6 +76,12 @@ class WorkerMetrics {
   void RecordRoundError(absl::StatusCode code);
   // A checkpoint written in `seconds`.
   void RecordCheckpoint(double seconds);
+  // What this process computes with (set once at start, no job labels):
+  // oneDNN's ISA, the element loops' build, and "native" or "emulated"
+  // bf16 (kernels::ComputeSummary says the same in the log).
+  void RecordCompute(const std::string& onednn_isa,
+                     const std::string& elementwise_isa,
+                     const std::string& bf16);
 
  private:
   // The current job's series (owned by the families).
@@ -118,6 +124,7 @@ class WorkerMetrics {
   prometheus::Family<prometheus::Gauge>& tokens_per_second_;
   prometheus::Family<prometheus::Gauge>& local_steps_;
   prometheus::Family<prometheus::Gauge>& peer_distance_;
+  prometheus::Family<prometheus::Gauge>& compute_info_;
   prometheus::Family<prometheus::Histogram>& step_duration_;
   prometheus::Family<prometheus::Histogram>& inner_phase_duration_;
   prometheus::Family<prometheus::Histogram>& exchange_duration_;

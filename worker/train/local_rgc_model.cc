@@ -274,8 +274,9 @@ absl::StatusOr<float> LocalRgcModel::ForwardBackward(
       status = rgc_.asynchronous ? RunStageTick(k, stride, g)
                                  : RunStageSync(k, tokens, stride, g);
     } catch (const dnnl::error& e) {
-      status = absl::InternalError(
-          absl::StrCat("stage ", k + 1, ": oneDNN: ", e.what()));
+      status = kernels::OneDnnStatus(
+          absl::StrCat("stage ", k + 1, " of a local-training step"),
+          Cdt(), e);
     }
     if (!status.ok() && !rgc_.asynchronous) SignalHandoff(k, false);
     stages_[k]->status = status;
@@ -315,7 +316,7 @@ absl::StatusOr<float> LocalRgcModel::Forward(const FloatArena& params,
     return static_cast<float>(stages_.back()->model->DecoderForward(
         prev, tokens + 1, stride, false));
   } catch (const dnnl::error& e) {
-    return absl::InternalError(absl::StrCat("oneDNN: ", e.what()));
+    return kernels::OneDnnStatus("local-training evaluation", Cdt(), e);
   }
 }
 

@@ -130,6 +130,11 @@ class LocalRgcModel final : public Model {
   void AverageReadouts(FloatArena* grads) const;
   void SignalHandoff(int boundary, bool ok);
   bool WaitHandoff(int boundary);
+  // The matmul compute type of options_.precision (for error messages).
+  kernels::dt Cdt() const {
+    return options_.precision == v1::PRECISION_BF16 ? kernels::dt::bf16
+                                                    : kernels::dt::f32;
+  }
 
   ModelOptions options_;
   LocalRgcOptions rgc_;

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -185,12 +186,38 @@ TEST(ElementwiseLoopsTest, ActiveBuildIsTheBestThisCpuRuns) {
   const std::vector<const ElementwiseLoops*> builds = RunnableElementwiseLoops();
   ASSERT_FALSE(builds.empty());
   EXPECT_STREQ(builds.front()->isa, "avx2");
-  const char* forced = std::getenv("GASLOC_ELEMENTWISE_ISA");
-  if (forced == nullptr) {
-    EXPECT_EQ(&ActiveElementwiseLoops(), builds.back());
+  EXPECT_EQ(&ActiveElementwiseLoops(), builds.back());
+  // The project's cap: the process runs as on an AVX2-only CPU.
+  if (CappedToAvx2()) {
+    EXPECT_EQ(builds.size(), 1u);
   }
   std::printf("element loops: %s active, %zu build(s) runnable\n",
               ActiveElementwiseLoops().isa, builds.size());
+}
+
+// bf16 is native where oneDNN dispatches to AVX512_BF16 or AMX, widened
+// where it dispatches to AVX2 (ONEDNN_MAX_CPU_ISA included); a widened
+// bf16 matmul says so in its implementation string, an f32 one never.
+TEST(Bf16ComputeTest, WidenedExactlyWhereOneDnnHasNoBf16Matmul) {
+  const std::string isa = OneDnnIsaName();
+  if (isa == "avx512_core_bf16" || isa == "avx512_core_amx") {
+    EXPECT_EQ(Bf16ComputeMode(), Bf16Compute::kNative) << isa;
+  }
+  if (isa == "avx2" || isa == "avx2_vnni") {
+    EXPECT_EQ(Bf16ComputeMode(), Bf16Compute::kWidened) << isa;
+  }
+  const bool widened = Bf16ComputeMode() == Bf16Compute::kWidened;
+  DnnlEnv env;
+  Linear::Options o;
+  o.M = 8; o.K = 16; o.N = 16; o.cdt = dt::bf16; o.y_type = dt::bf16;
+  o.blocked_weights = true;
+  Linear linear(&env, o);
+  EXPECT_EQ(linear.impl().find("widened") != std::string::npos, widened)
+      << linear.impl();
+  Linear::Options f = o;
+  f.cdt = f.y_type = dt::f32;
+  EXPECT_EQ(Linear(&env, f).impl().find("widened"), std::string::npos);
+  std::printf("%s\n", ComputeSummary().c_str());
 }
 
 TEST_P(KernelTest, LinearBackwardDataMultipliesByTensor) {
@@ -214,22 +241,6 @@ TEST_P(KernelTest, LinearBackwardDataMultipliesByTensor) {
                              rdx.data(), nullptr, nullptr);
   for (int i = 0; i < M * K; ++i) rdx[i] *= s.f[i];
   EXPECT_LT(RelErr(dx.Get(), rdx), Tol(cdt));
-}
-
-TEST_P(KernelTest, GeluMatchesReference) {
-  const dt type = GetParam();
-  const int n = 1000;
-  Gelu gelu(&env_, n, type);
-  Buf x(n, type), dy(n, type), y(n, type), dx(n, type);
-  x.Set(Random(n, 9, 2.0f));
-  dy.Set(Random(n, 10));
-  gelu.Forward(x.data(), y.data());
-  gelu.Backward(x.data(), dy.data(), dx.data());
-  std::vector<float> ry(n), rdx(n);
-  ref::GeluForward(x.f.data(), n, ry.data());
-  ref::GeluBackward(x.f.data(), dy.f.data(), n, rdx.data());
-  EXPECT_LT(RelErr(y.Get(), ry), Tol(type));
-  EXPECT_LT(RelErr(dx.Get(), rdx), Tol(type));
 }
 
 TEST_P(KernelTest, CausalAttentionMatchesReference) {
@@ -446,6 +457,23 @@ TEST_P(KernelTest, LayerNormMatchesReference) {
             type == dt::bf16 ? 4e-3 : 1e-5);
   EXPECT_EQ(dg2, dg);
   EXPECT_EQ(db2, db);
+}
+
+// The fp32 model's GELU (bf16 runs GeluWithDerivative, tested above).
+TEST(KernelF32Test, GeluMatchesReference) {
+  DnnlEnv env;
+  const int n = 1000;
+  Gelu gelu(&env, n);
+  Buf x(n, dt::f32), dy(n, dt::f32), y(n, dt::f32), dx(n, dt::f32);
+  x.Set(Random(n, 9, 2.0f));
+  dy.Set(Random(n, 10));
+  gelu.Forward(x.data(), y.data());
+  gelu.Backward(x.data(), dy.data(), dx.data());
+  std::vector<float> ry(n), rdx(n);
+  ref::GeluForward(x.f.data(), n, ry.data());
+  ref::GeluBackward(x.f.data(), dy.f.data(), n, rdx.data());
+  EXPECT_LT(RelErr(y.Get(), ry), Tol(dt::f32));
+  EXPECT_LT(RelErr(dx.Get(), rdx), Tol(dt::f32));
 }
 
 TEST(KernelF32Test, FusedCrossEntropyMatchesReference) {
