@@ -169,6 +169,9 @@ v1::JobSpec ApplyJobSpecDefaults(const v1::JobSpec& in) {
     spec.mutable_checkpoint()->set_interval_rounds(10);
   if (!spec.has_min_workers()) spec.set_min_workers(1);
   if (!spec.has_max_workers()) spec.set_max_workers(0);
+  if (!spec.has_max_consecutive_round_failures())
+    spec.set_max_consecutive_round_failures(
+        kDefaultMaxConsecutiveRoundFailures);
   return spec;
 }
 
@@ -306,6 +309,8 @@ absl::Status ValidateJobSpec(const v1::JobSpec& raw) {
     return absl::InvalidArgumentError(absl::StrCat(
         "max_workers must be 0 or >= min_workers (", spec.min_workers(),
         "), got ", spec.max_workers()));
+  GASLOC_CHECK_RANGE("max_consecutive_round_failures",
+                     spec.max_consecutive_round_failures(), 1, 1000);
   return absl::OkStatus();
 }
 

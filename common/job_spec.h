@@ -27,6 +27,9 @@ inline constexpr uint32_t kMaxBatch = 1024;
 inline constexpr uint32_t kMaxThreads = 256;
 // data.corpus_path and checkpoint.directory (PATH_MAX).
 inline constexpr size_t kMaxPathBytes = 4096;
+// max_consecutive_round_failures when unset (also for a job stored before
+// the field existed).
+inline constexpr uint32_t kDefaultMaxConsecutiveRoundFailures = 3;
 
 // Returns `spec` with every unset field set to its documented default
 // (defaults that depend on the algorithm use spec.outer.algorithm).

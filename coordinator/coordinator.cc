@@ -14,14 +14,6 @@
 #include "coordinator/request_bounds.h"
 
 namespace gasloc::coordinator {
-namespace {
-
-bool IsTerminal(v1::JobState s) {
-  return s == v1::JOB_STATE_FINISHED || s == v1::JOB_STATE_FAILED ||
-         s == v1::JOB_STATE_STOPPED;
-}
-
-}  // namespace
 
 // ------------------------------------------------------------- lifecycle
 
@@ -118,6 +110,7 @@ absl::Status Coordinator::Load(absl::Time now, bool restart) {
       }
     }
     RestoreSetupFailures(job);
+    RestoreRoundOutcomes(job);
   }
   return absl::OkStatus();
 }
@@ -289,7 +282,7 @@ absl::StatusOr<v1::JobStatus> Coordinator::StopJob(uint64_t job_id,
   absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(JobRec * job, FindJob(job_id));
   const v1::JobState state = job->stored.status.state();
-  if (IsTerminal(state))
+  if (IsEnded(state))
     return absl::FailedPreconditionError(
         absl::StrCat("job ", job_id, " is already ", v1::JobState_Name(state)));
   return Call([&](absl::Time now) -> absl::StatusOr<v1::JobStatus> {
@@ -304,7 +297,7 @@ absl::StatusOr<v1::JobStatus> Coordinator::StopJob(uint64_t job_id,
 void Coordinator::ForgetOldJobs(absl::Time now) {
   std::vector<EndedJob> ended;
   for (const auto& [id, job] : jobs_)
-    if (IsTerminal(job.stored.status.state()))
+    if (IsEnded(job.stored.status.state()))
       ended.push_back({.job_id = id,
                        .ended = absl::FromUnixMillis(
                            job.stored.status.ended_unix_ms())});
@@ -347,6 +340,13 @@ void Coordinator::EndJob(JobRec& job, v1::JobState state,
            absl::StrCat(v1::JobState_Name(state), ": ", message), now);
 }
 
+void Coordinator::FailJob(JobRec& job, const char* reason,
+                          const std::string& message, absl::Time now) {
+  if (job.stored.status.state() == v1::JOB_STATE_RUNNING)
+    Metric([reason](CoordinatorMetrics& m) { m.RecordJobFailed(reason); });
+  EndJob(job, v1::JOB_STATE_FAILED, message, now);
+}
+
 void Coordinator::MaybeFinish(JobRec& job, absl::Time now) {
   if (job.stored.status.state() != v1::JOB_STATE_RUNNING ||
       job.stored.stop_round < 0)
@@ -357,6 +357,15 @@ void Coordinator::MaybeFinish(JobRec& job, absl::Time now) {
   }
   absl::string_view reason = job.stored.status.message();
   absl::ConsumePrefix(&reason, "finishing: ");
+  // Stopped (by max_wall_seconds, or its rounds ran out) without one round
+  // completed while its members failed: it trained nothing.
+  if (job.stored.status.tokens() == 0 && !job.stored.first_failure.empty()) {
+    FailJob(job, "round_failures",
+            absl::StrCat("no round completed before the stop (", reason,
+                         "); first error: ", job.stored.first_failure),
+            now);
+    return;
+  }
   EndJob(job, v1::JOB_STATE_FINISHED, absl::StrCat("finished: ", reason), now);
 }
 
@@ -432,7 +441,7 @@ absl::StatusOr<JobEvents> Coordinator::WaitJobEvents(uint64_t job_id,
   while (true) {
     ASSIGN_OR_RETURN(JobRec * job, FindJob(job_id));
     JobEvents out = job->events.After(after_seq);
-    out.ended = IsTerminal(job->stored.status.state());
+    out.ended = IsEnded(job->stored.status.state());
     const absl::Duration left = give_up - absl::Now();
     if (!out.events.empty() || out.ended || left <= absl::ZeroDuration())
       return out;

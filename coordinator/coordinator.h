@@ -34,6 +34,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -184,6 +185,14 @@ class Coordinator {
     // restart the next round's reports decide again).
     std::map<uint64_t, ReplicaReport> replicas;
     std::optional<ReplicaDecision> replica_decision;
+    // For the stop condition (SettleRounds): whether a member completed the
+    // round, the members that reported it failed, and its outcome once
+    // decided (memory only: a restart rebuilds them from the members'
+    // last reported rounds and status.failures, RestoreRoundOutcomes; the
+    // settled count is in StoredJob).
+    bool completed = false;
+    std::set<uint64_t> failed;
+    RoundOutcome outcome = RoundOutcome::kOpen;
   };
   struct JobRec {
     StoredJob stored;
@@ -201,8 +210,12 @@ class Coordinator {
     double loss_sum = 0, bpb_sum = 0;
     int64_t loss_n = 0, bpb_n = 0;
     // Members whose latest report was a failed set-up, with its error
-    // (memory only: after a restart the members report again). A job
-    // whose every member is here FAILS (ApplyFailure).
+    // (rebuilt after a restart by RestoreSetupFailures). A job whose every
+    // member is here FAILS (ApplyFailure). The rounds each member failed in
+    // a row are persisted (StoredMember.consecutive_failures): a count
+    // rebuilt from status.failures would lose the failures beyond the
+    // max_failures kept, and a coordinator restarting in a loop would then
+    // never drop a member that fails every round.
     std::map<uint64_t, std::string> setup_failures;
     // Checkpoints reported but not yet a complete set: by the checkpoints'
     // next round, the members that wrote one and the val bpb they
@@ -283,6 +296,13 @@ class Coordinator {
   // Ends the job (FINISHED / FAILED / STOPPED) and releases its workers.
   void EndJob(JobRec& job, v1::JobState state, const std::string& message,
               absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // EndJob(FAILED) counted in the metric by `reason` (CoordinatorMetrics::
+  // RecordJobFailed).
+  void FailJob(JobRec& job, const char* reason, const std::string& message,
+               absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends the job FINISHED once its stop round is reached by every member;
+  // FAILED instead when no round was ever completed and a member failed
+  // (a job that trained nothing has not succeeded).
   void MaybeFinish(JobRec& job, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateProgress(JobRec& job, absl::Time now)
@@ -315,9 +335,28 @@ class Coordinator {
   // decided (or nothing to wait for).
   bool MaybeDecideReplicas(JobRec& job, RoundRec& rec, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Plans round job.next_round (or decides that the job stops there).
-  void PlanNextRound(JobRec& job, absl::Time now)
+  // Plans round job.next_round, or decides that the job stops there, or
+  // (kWait) that it stops only if the rounds still open succeed: the caller
+  // waits for their reports.
+  enum class PlanResult { kPlanned, kStopped, kWait };
+  PlanResult PlanNextRound(JobRec& job, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Decides the outcome of the planned rounds not settled yet
+  // (DecideRoundOutcome) and folds those settled in order into
+  // job.stored.rounds_failed / rounds_decided (saved when they move).
+  // Returns the rounds that failed (settled or not) and those still open.
+  struct RoundTally {
+    uint64_t failed = 0;
+    uint64_t open = 0;
+  };
+  RoundTally SettleRounds(JobRec& job, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops a member that failed too many rounds in a row (`decision`, its
+  // last error `error`): a FAILURE event and a log line naming it, the
+  // metric, no rejoining; FAILS the job when the decision says so.
+  void DropMember(JobRec& job, uint64_t worker_id,
+                  const FailureDecision& decision, const std::string& error,
+                  absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Forgets the rounds (and epochs) older than the rounds_kept last ones.
   void ForgetOldRounds(JobRec& job) const;
   // The worker's assignment if one is due now; nullopt = wait.
@@ -332,8 +371,10 @@ class Coordinator {
   absl::Status ApplyReport(const v1::ReportRoundRequest& request,
                            absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A report whose outcome is a failure: recorded in the job's status
-  // (failures, a FAILURE event, the metric); a set-up failure of every
-  // member fails the job with the reason.
+  // (failures, a FAILURE event, the metric) and the member's failures in a
+  // row; a set-up failure of every member fails the job with the reason,
+  // a member that failed max_consecutive_round_failures rounds in a row
+  // is dropped (DropMember).
   void ApplyFailure(JobRec& job, const v1::ReportRoundRequest& request,
                     absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A completed report's checkpoint (checkpoint_next_round > 0): noted,
@@ -351,6 +392,11 @@ class Coordinator {
   // started running) is a set-up failure after their last completed round:
   // a restarted coordinator's setup_failures.
   static void RestoreSetupFailures(JobRec& job);
+  // The kept rounds' `completed` and `failed` after a restart or rollback:
+  // failed from status.failures (since the job last started running),
+  // completed where a member of the round reported a later round and no
+  // failure of it.
+  static void RestoreRoundOutcomes(JobRec& job);
   static const EpochRec* EpochOf(const JobRec& job, uint64_t epoch);
   static RoundRec MakeRoundRec(const JobRec& job, uint64_t round,
                                uint64_t epoch, int64_t deadline_unix_ms);

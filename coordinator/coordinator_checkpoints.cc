@@ -103,6 +103,13 @@ void Coordinator::ResumeLocked(JobRec& job, const std::string& reason,
   job.next_round = trained ? std::max(job.next_round, NextRoundOf(st)) : 0;
   if (!trained) st.set_round_planned(0);
   job.stored.stop_round = -1;
+  // Rounds before the resume are settled; an untrained job's failed rounds
+  // are forgotten with the rounds themselves. Dropped workers may take
+  // part again (the operator resumed it, presumably with the cause fixed).
+  job.stored.rounds_decided = job.next_round;
+  if (!trained) job.stored.rounds_failed = 0;
+  job.stored.first_failure.clear();
+  job.stored.dropped.clear();
   job.setup_failures.clear();
   job.checkpoints_written.clear();
   st.set_state(v1::JOB_STATE_PENDING);
@@ -135,6 +142,22 @@ void Coordinator::RestoreSetupFailures(JobRec& job) {
     if (f.outcome() == v1::ROUND_OUTCOME_SETUP_FAILED &&
         static_cast<int64_t>(f.round()) > m.last_reported_round)
       job.setup_failures[id] = f.error();
+  }
+}
+
+void Coordinator::RestoreRoundOutcomes(JobRec& job) {
+  const v1::JobStatus& st = job.stored.status;
+  for (const v1::WorkerFailure& f : st.failures()) {
+    if (f.unix_ms() < st.started_unix_ms()) continue;
+    auto it = job.rounds.find(f.round());
+    if (it != job.rounds.end()) it->second.failed.insert(f.worker_id());
+  }
+  for (auto& [round, rec] : job.rounds) {
+    const auto r = static_cast<int64_t>(round);
+    for (const auto& [id, m] : job.members)
+      if (m.first_round >= 0 && m.first_round <= r &&
+          m.last_reported_round >= r && !rec.failed.count(id))
+        rec.completed = true;
   }
 }
 

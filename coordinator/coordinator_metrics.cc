@@ -12,6 +12,9 @@
 namespace gasloc::coordinator {
 namespace {
 
+constexpr const char* kJobFailureReasons[] = {
+    "setup", "round_failures", "non_finite_loss", "no_live_worker"};
+
 constexpr const char* kBudgetReasons[] = {"no_measurement", "uniform",
                                           "adaptive", "min_clamp",
                                           "nominal_clamp", "stretched",
@@ -76,6 +79,15 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& registry)
           "Replicas of all-reduce rounds (DiLoCo, local SGD, data-parallel) "
           "found apart from the majority and re-synchronised, by reason",
           registry)),
+      jobs_failed_(CounterFamily("gasloc_coordinator_jobs_failed_total",
+                                 "Running jobs that ended FAILED, by reason",
+                                 registry)),
+      members_dropped_(
+          CounterFamily("gasloc_coordinator_members_dropped_total",
+                        "Members dropped from their job for failing "
+                        "max_consecutive_round_failures rounds in a row",
+                        registry)
+              .Add({})),
       rounds_planned_(CounterFamily("gasloc_coordinator_rounds_planned_total",
                                     "Outer rounds planned", registry)),
       budget_changes_(CounterFamily(
@@ -101,6 +113,8 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& registry)
   for (const char* kind : {"setup", "round"}) failures_.Add({{"kind", kind}});
   for (const char* reason : {"checksum", "behind"})
     divergences_.Add({{"reason", reason}});
+  for (const char* reason : kJobFailureReasons)
+    jobs_failed_.Add({{"reason", reason}});
   for (const char* method : kRpcMethods)
     rpc_counters_[method] = &rpcs_.Add({{"method", method}});
 }
@@ -121,6 +135,12 @@ void CoordinatorMetrics::RecordReplicaDivergence(const char* reason,
                                                  uint64_t replicas) {
   divergences_.Add({{"reason", reason}}).Increment(static_cast<double>(replicas));
 }
+
+void CoordinatorMetrics::RecordJobFailed(const char* reason) {
+  jobs_failed_.Add({{"reason", reason}}).Increment();
+}
+
+void CoordinatorMetrics::RecordMemberDropped() { members_dropped_.Increment(); }
 
 void CoordinatorMetrics::BeginJob(uint64_t job_id) {
   rounds_planned_.Add(JobLabels(job_id));

@@ -67,6 +67,14 @@ class CoordinatorMetrics {
   // reason: "checksum" (another replica checksum) or "behind" (its round
   // did not complete and it could not re-synchronise).
   void RecordReplicaDivergence(const char* reason, uint64_t replicas);
+  // A running job ended FAILED, by reason: "setup" (every member failed
+  // its set-up), "round_failures" (members dropped for failing their
+  // rounds left it below min_workers, or it stopped with no round
+  // completed), "non_finite_loss", "no_live_worker".
+  void RecordJobFailed(const char* reason);
+  // A member dropped from its job for failing
+  // max_consecutive_round_failures rounds in a row.
+  void RecordMemberDropped();
   // A job became RUNNING: its series start (at 0); EndJob removes them.
   void BeginJob(uint64_t job_id);
   void EndJob(uint64_t job_id);
@@ -80,6 +88,8 @@ class CoordinatorMetrics {
   prometheus::Family<prometheus::Counter>& leaves_;
   prometheus::Family<prometheus::Counter>& failures_;
   prometheus::Family<prometheus::Counter>& divergences_;
+  prometheus::Family<prometheus::Counter>& jobs_failed_;
+  prometheus::Counter& members_dropped_;
   prometheus::Family<prometheus::Counter>& rounds_planned_;
   prometheus::Family<prometheus::Counter>& budget_changes_;
   prometheus::Family<prometheus::Counter>& rpcs_;

@@ -48,23 +48,82 @@ void Coordinator::ForgetOldRounds(JobRec& job) const {
     job.epochs.erase(job.epochs.begin());
 }
 
-void Coordinator::PlanNextRound(JobRec& job, absl::Time now) {
+Coordinator::RoundTally Coordinator::SettleRounds(JobRec& job, absl::Time now) {
+  StoredJob& sj = job.stored;
+  bool moved = false;
+  // Rounds no longer kept that were never settled count as run (their
+  // reports are unknown).
+  const uint64_t oldest =
+      job.rounds.empty() ? job.next_round : job.rounds.begin()->first;
+  if (sj.rounds_decided < oldest) {
+    sj.rounds_decided = oldest;
+    moved = true;
+  }
+  RoundTally tally;
+  bool in_order = true;
+  for (auto it = job.rounds.lower_bound(sj.rounds_decided);
+       it != job.rounds.end(); ++it) {
+    RoundRec& rec = it->second;
+    if (rec.outcome == RoundOutcome::kOpen) {
+      const EpochRec* epoch = EpochOf(job, rec.epoch);
+      const auto running = [&](uint64_t id) {
+        auto m = job.members.find(id);
+        return m != job.members.end() && !rec.failed.count(id) &&
+               m->second.last_reported_round < static_cast<int64_t>(rec.round);
+      };
+      rec.outcome = DecideRoundOutcome(
+          rec.completed,
+          epoch == nullptr ? std::vector<uint64_t>{} : epoch->members, running,
+          now >= absl::FromUnixMillis(rec.deadline_unix_ms));
+    }
+    // Settled in order only, so that a restart (which forgets the outcomes
+    // above rounds_decided) counts no round twice.
+    in_order = in_order && rec.outcome != RoundOutcome::kOpen &&
+               it->first == sj.rounds_decided;
+    if (in_order) {
+      if (rec.outcome == RoundOutcome::kFailed) ++sj.rounds_failed;
+      ++sj.rounds_decided;
+      moved = true;
+    } else if (rec.outcome == RoundOutcome::kFailed) {
+      ++tally.failed;
+    } else if (rec.outcome == RoundOutcome::kOpen) {
+      ++tally.open;
+    }
+  }
+  if (moved) SaveJob(job);
+  tally.failed += sj.rounds_failed;
+  return tally;
+}
+
+Coordinator::PlanResult Coordinator::PlanNextRound(JobRec& job,
+                                                   absl::Time now) {
   // Planning time is a measurement, not a decision: the real monotonic
   // clock, not clock_.
   const auto planning_start = std::chrono::steady_clock::now();
   v1::JobStatus& st = job.stored.status;
   const uint64_t job_id = st.job_id();
   const uint64_t r = job.next_round;
-  if (auto reason = StopReason(st.spec(), r, st.tokens(),
-                               absl::FromUnixMillis(st.started_unix_ms()), now)) {
+  // A failed round is not progress: the rounds that count toward
+  // max_rounds are those planned less those no member completed. A round
+  // still open may yet fail: the job stops when it would stop even if every
+  // open round failed, and waits for their reports when it would stop only
+  // if they succeed.
+  const RoundTally tally = SettleRounds(job, now);
+  const uint64_t rounds_run = r - tally.failed;
+  const absl::Time started = absl::FromUnixMillis(st.started_unix_ms());
+  if (auto reason = StopReason(st.spec(), rounds_run - tally.open, st.tokens(),
+                               started, now)) {
     job.stored.stop_round = static_cast<int64_t>(r);
     st.set_message(absl::StrCat("finishing: ", *reason));
     SaveJob(job);
-    GASLOC_LOG(INFO) << "job " << job_id << " stops before round " << r
-                     << ": " << *reason;
+    GASLOC_LOG(INFO) << "job " << job_id << " stops before round " << r << ": "
+                     << *reason << " (" << tally.failed
+                     << " failed round(s) not counted)";
     MaybeFinish(job, now);
-    return;
+    return PlanResult::kStopped;
   }
+  if (StopReason(st.spec(), rounds_run, st.tokens(), started, now))
+    return PlanResult::kWait;
   std::vector<uint64_t> ids;
   ids.reserve(job.members.size());
   for (const auto& [wid, m] : job.members) ids.push_back(wid);
@@ -215,6 +274,7 @@ void Coordinator::PlanNextRound(JobRec& job, absl::Time now) {
                           " budget change(s): ", absl::StrJoin(changes, "; ")),
              now);
   }
+  return PlanResult::kPlanned;
 }
 
 void Coordinator::AddWorkerBudgets(const JobRec& job,
@@ -353,16 +413,21 @@ absl::StatusOr<std::optional<v1::Assignment>> Coordinator::TryAssign(
     ASSIGN_OR_RETURN(JobRec * old, FindJob(request.job_id()));
     if (bound == 0) {
       const v1::JobStatus& st = old->stored.status;
-      const bool ended = st.state() == v1::JOB_STATE_FINISHED ||
-                         st.state() == v1::JOB_STATE_FAILED ||
-                         st.state() == v1::JOB_STATE_STOPPED;
+      const std::vector<uint64_t>& dropped = old->stored.dropped;
+      if (IsEnded(st.state()))
+        return StopAssignment(*old, absl::StrCat("job ", st.job_id(), " ",
+                                                 v1::JobState_Name(st.state()),
+                                                 ": ", st.message()));
+      if (std::binary_search(dropped.begin(), dropped.end(), worker_id))
+        return StopAssignment(
+            *old, absl::StrCat("worker ", worker_id, " was dropped from job ",
+                               st.job_id(), ": its rounds failed ",
+                               MaxConsecutiveRoundFailures(st.spec()),
+                               " times in a row"));
       return StopAssignment(
-          *old, ended ? absl::StrCat("job ", st.job_id(), " ",
-                                     v1::JobState_Name(st.state()), ": ",
-                                     st.message())
-                      : absl::StrCat("worker ", worker_id,
-                                     " is no longer a member of job ",
-                                     st.job_id(), " (", st.message(), ")"));
+          *old,
+          absl::StrCat("worker ", worker_id, " is no longer a member of job ",
+                       st.job_id(), " (", st.message(), ")"));
     }
   }
   if (bound == 0) return std::nullopt;
@@ -419,7 +484,7 @@ absl::StatusOr<std::optional<v1::Assignment>> Coordinator::TryAssign(
   const PlanDecision decision = DecidePlanNext(
       latest, worker_id, [&](uint64_t id) { return job.members.count(id) > 0; });
   if (!decision.plan) return std::nullopt;
-  PlanNextRound(job, now);
+  if (PlanNextRound(job, now) == PlanResult::kWait) return std::nullopt;
   // Deciding to stop may have finished the job (and released the worker).
   if (job.stored.status.state() != v1::JOB_STATE_RUNNING)
     return StopAssignment(job, job.stored.status.message());
@@ -513,6 +578,11 @@ absl::Status Coordinator::ApplyReport(const v1::ReportRoundRequest& request,
   StoredMember& m = mit->second;
   if (static_cast<int64_t>(request.round()) <= m.last_reported_round)
     return absl::OkStatus();  // a duplicate
+  // Progress: the round counts, the member's failures in a row end.
+  if (auto round = job.rounds.find(request.round()); round != job.rounds.end())
+    round->second.completed = true;
+  m.consecutive_failures = 0;
+  job.stored.first_failure.clear();
   Contribute(job, m, -1);
   // A member's first round in the job carries its start-up (oneDNN
   // primitives, first-touch page faults: 74 steps/s against 84-105 later
@@ -585,11 +655,11 @@ absl::Status Coordinator::ApplyReport(const v1::ReportRoundRequest& request,
   UpdateProgress(job, now);
   RecordCheckpoint(job, request, now);
   if (!std::isfinite(request.train_loss())) {
-    EndJob(job, v1::JOB_STATE_FAILED,
-           absl::StrCat("worker ", request.worker_id(),
-                        " reported a non-finite training loss (",
-                        request.train_loss(), ") in round ", request.round()),
-           now);
+    FailJob(job, "non_finite_loss",
+            absl::StrCat("worker ", request.worker_id(),
+                         " reported a non-finite training loss (",
+                         request.train_loss(), ") in round ", request.round()),
+            now);
   } else {
     MaybeFinish(job, now);
   }
@@ -695,6 +765,15 @@ void Coordinator::ApplyFailure(JobRec& job,
                    setup ? ": job set-up failed: " : ": round failed: ", error);
   GASLOC_LOG(WARNING) << "job " << st.job_id() << " " << what;
   AddEvent(job, v1::JOB_EVENT_KIND_FAILURE, what, now);
+  if (auto round = job.rounds.find(request.round()); round != job.rounds.end())
+    round->second.failed.insert(wid);
+  if (job.stored.first_failure.empty())
+    job.stored.first_failure =
+        absl::StrCat("worker ", wid, " round ", request.round(), ": ", error);
+  StoredMember& member = job.members.at(wid);
+  ++member.consecutive_failures;
+  SaveMember(member);
+  SaveJob(job);
   if (setup) {
     job.setup_failures[wid] = error;
   } else {
@@ -702,17 +781,44 @@ void Coordinator::ApplyFailure(JobRec& job,
   }
   // A job none of whose members could set it up cannot train: it FAILS
   // with the reason rather than planning rounds nobody runs.
-  for (const auto& [member, m] : job.members)
-    if (!job.setup_failures.count(member)) {
-      SaveJob(job);
-      return;
-    }
-  EndJob(job, v1::JOB_STATE_FAILED,
-         absl::StrCat("every worker failed to set up the job (",
-                      job.members.size(), " of ", job.members.size(),
-                      "); worker ", job.setup_failures.begin()->first, ": ",
-                      job.setup_failures.begin()->second),
-         now);
+  bool every_setup_failed = true;
+  for (const auto& [id, m] : job.members)
+    every_setup_failed = every_setup_failed && job.setup_failures.count(id) > 0;
+  if (every_setup_failed) {
+    FailJob(job, "setup",
+            absl::StrCat("every worker failed to set up the job (",
+                         job.members.size(), " of ", job.members.size(),
+                         "); worker ", job.setup_failures.begin()->first, ": ",
+                         job.setup_failures.begin()->second),
+            now);
+    return;
+  }
+  const FailureDecision decision =
+      DecideFailure(st.spec(), member.consecutive_failures, job.members.size());
+  if (decision.drop) DropMember(job, wid, decision, error, now);
+}
+
+void Coordinator::DropMember(JobRec& job, uint64_t worker_id,
+                             const FailureDecision& decision,
+                             const std::string& error, absl::Time now) {
+  v1::JobStatus& st = job.stored.status;
+  const std::string what =
+      absl::StrCat("worker ", worker_id, " dropped from the job: it ",
+                   decision.Reason(), "; last error: ", error);
+  GASLOC_LOG(WARNING) << "job " << st.job_id() << " " << what;
+  AddEvent(job, v1::JOB_EVENT_KIND_FAILURE, what, now);
+  Metric([](CoordinatorMetrics& m) { m.RecordMemberDropped(); });
+  std::vector<uint64_t>& dropped = job.stored.dropped;
+  dropped.insert(std::upper_bound(dropped.begin(), dropped.end(), worker_id),
+                 worker_id);
+  ReleaseWorker(membership_.at(worker_id), now);
+  SaveJob(job);
+  if (!decision.fail_job || st.state() != v1::JOB_STATE_RUNNING) return;
+  FailJob(job, "round_failures",
+          absl::StrCat(decision.JobReason(), ": worker ", worker_id,
+                       " dropped after it ", decision.Reason(),
+                       "; first error: ", job.stored.first_failure),
+          now);
 }
 
 }  // namespace gasloc::coordinator

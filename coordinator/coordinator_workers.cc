@@ -2,6 +2,8 @@
 // LeaveWorker, ListWorkers), lease expiry, and binding workers to jobs
 // (pending jobs start, running jobs take joiners, orphaned jobs fail). The
 // registry itself is membership.h.
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/link_bandwidth.h"
 #include "common/log.h"
@@ -116,12 +118,19 @@ void Coordinator::AssignIdleWorkers(absl::Time now) {
     if (st.state() != v1::JOB_STATE_RUNNING || job.stored.stop_round >= 0)
       continue;
     const uint32_t max_workers = st.spec().max_workers();
-    while (!idle.empty() &&
-           (max_workers == 0 || job.members.size() < max_workers)) {
-      WorkerRec& w = membership_.at(*idle.begin());
-      GASLOC_LOG(INFO) << "worker " << w.stored.worker_id << " joins job "
-                       << id << " from round " << job.next_round;
-      BindWorker(job, w);
+    // A worker dropped from the job for failing its rounds stays out.
+    const std::vector<uint64_t>& dropped = job.stored.dropped;
+    std::vector<uint64_t> joiners;
+    for (uint64_t wid : idle) {
+      if (max_workers > 0 && job.members.size() + joiners.size() >= max_workers)
+        break;
+      if (!std::binary_search(dropped.begin(), dropped.end(), wid))
+        joiners.push_back(wid);
+    }
+    for (uint64_t wid : joiners) {
+      GASLOC_LOG(INFO) << "worker " << wid << " joins job " << id
+                       << " from round " << job.next_round;
+      BindWorker(job, membership_.at(wid));
     }
   }
 }
@@ -135,10 +144,10 @@ void Coordinator::CheckOrphans(absl::Time now) {
     }
     if (!job.orphaned_since) job.orphaned_since = now;
     if (now - *job.orphaned_since >= options_.orphan_timeout) {
-      EndJob(job, v1::JOB_STATE_FAILED,
-             absl::StrCat("no live worker for ",
-                          absl::FormatDuration(options_.orphan_timeout)),
-             now);
+      FailJob(job, "no_live_worker",
+              absl::StrCat("no live worker for ",
+                           absl::FormatDuration(options_.orphan_timeout)),
+              now);
     }
   }
 }

@@ -12,11 +12,6 @@
 namespace gasloc::coordinator {
 namespace {
 
-bool IsTerminal(v1::JobState s) {
-  return s == v1::JOB_STATE_FINISHED || s == v1::JOB_STATE_FAILED ||
-         s == v1::JOB_STATE_STOPPED;
-}
-
 // Seconds left until `limit` at the rate `done` per `elapsed` seconds.
 double SecondsLeft(double limit, double done, double elapsed) {
   return std::max(0.0, limit - done) * elapsed / done;
@@ -31,11 +26,16 @@ std::string FormatIdList(const std::vector<uint64_t>& ids) {
   return absl::StrCat(absl::StrJoin(head, ","), ",... (", ids.size(), ")");
 }
 
+bool IsEnded(v1::JobState state) {
+  return state == v1::JOB_STATE_FINISHED || state == v1::JOB_STATE_FAILED ||
+         state == v1::JOB_STATE_STOPPED;
+}
+
 std::optional<std::string> StopReason(const v1::JobSpec& spec,
-                                      uint64_t next_round, uint64_t tokens,
+                                      uint64_t rounds_run, uint64_t tokens,
                                       absl::Time started, absl::Time now) {
   const v1::StopCondition& stop = spec.stop();
-  if (stop.max_rounds() > 0 && next_round >= stop.max_rounds())
+  if (stop.max_rounds() > 0 && rounds_run >= stop.max_rounds())
     return absl::StrCat("reached max_rounds=", stop.max_rounds());
   if (stop.max_tokens() > 0 && tokens >= stop.max_tokens())
     return absl::StrCat("reached max_tokens=", stop.max_tokens(), " (",
@@ -47,7 +47,7 @@ std::optional<std::string> StopReason(const v1::JobSpec& spec,
 }
 
 double EstimateEtaSeconds(const v1::JobStatus& status, absl::Time now) {
-  if (IsTerminal(status.state())) return 0;
+  if (IsEnded(status.state())) return 0;
   if (status.state() != v1::JOB_STATE_RUNNING || status.started_unix_ms() == 0)
     return -1;
   const double elapsed = absl::ToDoubleSeconds(
@@ -65,6 +65,48 @@ double EstimateEtaSeconds(const v1::JobStatus& status, absl::Time now) {
   if (stop.max_wall_seconds() > 0)
     eta = std::min(eta, std::max(0.0, stop.max_wall_seconds() - elapsed));
   return std::isfinite(eta) ? eta : -1;
+}
+
+RoundOutcome DecideRoundOutcome(bool completed,
+                                const std::vector<uint64_t>& epoch_members,
+                                absl::FunctionRef<bool(uint64_t)> running,
+                                bool past_deadline) {
+  if (completed) return RoundOutcome::kSucceeded;
+  if (past_deadline) return RoundOutcome::kFailed;
+  for (uint64_t id : epoch_members)
+    if (running(id)) return RoundOutcome::kOpen;
+  return RoundOutcome::kFailed;
+}
+
+std::string FailureDecision::Reason() const {
+  return absl::StrCat("failed ", consecutive, " round(s) in a row",
+                      " (max_consecutive_round_failures=", limit, ")");
+}
+
+std::string FailureDecision::JobReason() const {
+  if (members_left == 0) return "every worker was dropped";
+  return absl::StrCat(members_left,
+                      " worker(s) left, fewer than min_workers=", min_workers);
+}
+
+uint32_t MaxConsecutiveRoundFailures(const v1::JobSpec& spec) {
+  return spec.has_max_consecutive_round_failures()
+             ? spec.max_consecutive_round_failures()
+             : kDefaultMaxConsecutiveRoundFailures;
+}
+
+FailureDecision DecideFailure(const v1::JobSpec& spec, uint32_t consecutive,
+                              size_t members) {
+  FailureDecision d;
+  d.consecutive = consecutive;
+  d.limit = MaxConsecutiveRoundFailures(spec);
+  d.min_workers = spec.min_workers();
+  d.members_left = members;
+  if (consecutive < d.limit) return d;
+  d.drop = true;
+  d.members_left = members > 0 ? members - 1 : 0;
+  d.fail_job = d.members_left < d.min_workers;
+  return d;
 }
 
 ExchangeVolume ExchangeVolumeOf(const v1::JobSpec& spec) {

@@ -1,10 +1,12 @@
 // The round planner's decisions, as pure functions of (state, options) that
-// return the decision with its reason: whether a job stops before a round,
-// the epoch of the next round (who joined and who left), whether a worker's
-// request plans the next round, the budget options of a round and which
-// budgets changed. The Coordinator gathers the state, calls these, applies
-// the result and persists it; the communication graph and its edge weights
-// come from schedule.h, the budgets themselves from budget.h.
+// return the decision with its reason: whether a job has ended, whether it
+// stops before a round, whether a planned round failed (it then does not
+// count toward the stop), whether a failing member is dropped and the job
+// fails with it, the epoch of the next round (who joined and who left), whether
+// a worker's request plans the next round, the budget options of a round and
+// which budgets changed. The Coordinator gathers the state, calls these,
+// applies the result and persists it; the communication graph and its edge
+// weights come from schedule.h, the budgets themselves from budget.h.
 //
 // Reasons are built only when asked for (Reason()), so planning a round of
 // 10,000 workers formats none that nobody reads.
@@ -28,11 +30,51 @@ namespace gasloc::coordinator {
 // "1,2,3", or the first eight and the count ("1,...,8,... (12)").
 std::string FormatIdList(const std::vector<uint64_t>& ids);
 
-// Why a job must stop before planning `next_round`, or nullopt to go on:
-// max_rounds, max_tokens, or max_wall_seconds since `started`.
+// Whether a job in `state` has ended (FINISHED, FAILED or STOPPED): the one
+// definition, for the coordinator and its service.
+bool IsEnded(v1::JobState state);
+
+// Why a job must stop before planning its next round, or nullopt to go on:
+// `rounds_run` (the rounds planned less those that failed: a failed round
+// is not progress) reached max_rounds, `tokens` max_tokens, or
+// max_wall_seconds passed since `started`.
 std::optional<std::string> StopReason(const v1::JobSpec& spec,
-                                      uint64_t next_round, uint64_t tokens,
+                                      uint64_t rounds_run, uint64_t tokens,
                                       absl::Time started, absl::Time now);
+
+// What a planned round was, for the stop condition: kSucceeded once a
+// member completed it; kFailed when no member completed it and none is
+// still `running` it (every member of its epoch still in the job reported
+// it failed), or when its deadline passed with none completed (a member
+// stuck past the deadline must not hold the job's stop); else kOpen.
+enum class RoundOutcome { kOpen, kSucceeded, kFailed };
+RoundOutcome DecideRoundOutcome(bool completed,
+                                const std::vector<uint64_t>& epoch_members,
+                                absl::FunctionRef<bool(uint64_t)> running,
+                                bool past_deadline);
+
+// After a member's failed round (its `consecutive` failures in a row, the
+// job's `members` before any drop): it is dropped when it has failed
+// spec.max_consecutive_round_failures rounds in a row, and the job fails
+// when the drop leaves it below spec.min_workers.
+struct FailureDecision {
+  bool drop = false;
+  bool fail_job = false;
+  uint32_t consecutive = 0;
+  uint32_t limit = 0;       // max_consecutive_round_failures
+  size_t members_left = 0;  // after the drop
+  uint32_t min_workers = 0;
+  // "failed 3 round(s) in a row (max_consecutive_round_failures=3)".
+  std::string Reason() const;
+  // For fail_job: "every worker was dropped" or "1 worker(s) left, fewer
+  // than min_workers=2".
+  std::string JobReason() const;
+};
+FailureDecision DecideFailure(const v1::JobSpec& spec, uint32_t consecutive,
+                              size_t members);
+// spec.max_consecutive_round_failures, or its default when unset (a job
+// stored before the field existed).
+uint32_t MaxConsecutiveRoundFailures(const v1::JobSpec& spec);
 
 // Seconds until the first stop condition is reached at the rate observed
 // since `started`; < 0 = unknown.

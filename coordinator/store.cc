@@ -60,6 +60,19 @@ const std::vector<std::string>& Migrations() {
           budgets BLOB NOT NULL,           -- EncodeBudgets(), member order
           PRIMARY KEY (job_id, round));
       )sql",
+      // 3: failed rounds (not progress: they do not count toward
+      // stop.max_rounds), each member's failures in a row, the workers
+      // dropped for them and the first error since the job last made
+      // progress (docs/operations.md, "When a job fails").
+      R"sql(
+        ALTER TABLE jobs ADD COLUMN rounds_failed INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE jobs ADD COLUMN rounds_decided INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE jobs ADD COLUMN first_failure TEXT NOT NULL DEFAULT '';
+        ALTER TABLE jobs ADD COLUMN dropped TEXT NOT NULL DEFAULT '';
+                                           -- worker ids, comma-separated
+        ALTER TABLE job_members ADD COLUMN consecutive_failures INTEGER
+          NOT NULL DEFAULT 0;
+      )sql",
   };
   return *kMigrations;
 }
@@ -237,14 +250,16 @@ absl::StatusOr<std::vector<T>> Rows(sqlite3* db, const char* sql,
   return out;
 }
 
-absl::StatusOr<std::vector<uint64_t>> SplitIds(const std::string& text) {
+// `field` names the column in the error.
+absl::StatusOr<std::vector<uint64_t>> SplitIds(const std::string& text,
+                                               absl::string_view field) {
   std::vector<uint64_t> ids;
   if (text.empty()) return ids;
   for (absl::string_view part : absl::StrSplit(text, ',')) {
     uint64_t id;
     if (!absl::SimpleAtoi(part, &id))
       return absl::DataLossError(
-          absl::StrCat("epochs.members holds a bad id '", part, "'"));
+          absl::StrCat(field, " holds a bad id '", part, "'"));
     ids.push_back(id);
   }
   return ids;
@@ -266,11 +281,13 @@ absl::StatusOr<StoredWorker> WorkerRow(Statement& q) {
 absl::StatusOr<StoredJob> JobRow(Statement& q) {
   StoredJob j;
   uint64_t id;
-  std::string status;
-  q.Read(id, status, j.stop_round);
+  std::string status, dropped;
+  q.Read(id, status, j.stop_round, j.rounds_failed, j.rounds_decided,
+         j.first_failure, dropped);
   if (!j.status.ParseFromString(status))
     return absl::DataLossError(
         absl::StrCat("jobs.status of job ", id, " is corrupt"));
+  ASSIGN_OR_RETURN(j.dropped, SplitIds(dropped, "jobs.dropped"));
   return j;
 }
 
@@ -278,7 +295,7 @@ absl::StatusOr<StoredMember> MemberRow(Statement& q) {
   StoredMember m;
   q.Read(m.job_id, m.worker_id, m.first_round, m.last_reported_round,
          m.steps_per_second, m.bytes_per_second, m.local_steps, m.train_loss,
-         m.val_bpb, m.got_stop);
+         m.val_bpb, m.got_stop, m.consecutive_failures);
   return m;
 }
 
@@ -286,7 +303,7 @@ absl::StatusOr<StoredEpoch> EpochRow(Statement& q) {
   StoredEpoch e;
   std::string members;
   q.Read(e.job_id, e.epoch, e.first_round, members);
-  ASSIGN_OR_RETURN(e.members, SplitIds(members));
+  ASSIGN_OR_RETURN(e.members, SplitIds(members, "epochs.members"));
   return e;
 }
 
@@ -412,13 +429,19 @@ absl::Status Store::PutJob(const StoredJob& job) {
                  {"name", SqlValue::Text(st.spec().name())},
                  {"state", st.state()},
                  {"status", SqlValue::Blob(st.SerializeAsString())},
-                 {"stop_round", job.stop_round}});
+                 {"stop_round", job.stop_round},
+                 {"rounds_failed", job.rounds_failed},
+                 {"rounds_decided", job.rounds_decided},
+                 {"first_failure", SqlValue::Text(job.first_failure)},
+                 {"dropped", SqlValue::Text(JoinIds(job.dropped))}});
 }
 
 absl::StatusOr<std::vector<StoredJob>> Store::LoadJobs() {
   return Rows<StoredJob>(
-      db_, "SELECT job_id, status, stop_round FROM jobs ORDER BY job_id", {},
-      JobRow);
+      db_,
+      "SELECT job_id, status, stop_round, rounds_failed, rounds_decided, "
+      "first_failure, dropped FROM jobs ORDER BY job_id",
+      {}, JobRow);
 }
 
 absl::Status Store::PutMember(const StoredMember& m) {
@@ -431,7 +454,8 @@ absl::Status Store::PutMember(const StoredMember& m) {
                  {"local_steps", m.local_steps},
                  {"train_loss", static_cast<double>(m.train_loss)},
                  {"val_bpb", static_cast<double>(m.val_bpb)},
-                 {"got_stop", m.got_stop ? 1 : 0}});
+                 {"got_stop", m.got_stop ? 1 : 0},
+                 {"consecutive_failures", m.consecutive_failures}});
 }
 
 absl::Status Store::DeleteMember(uint64_t job_id, uint64_t worker_id) {
@@ -445,7 +469,8 @@ absl::StatusOr<std::vector<StoredMember>> Store::LoadMembers(uint64_t job_id) {
       db_,
       "SELECT job_id, worker_id, first_round, last_reported_round, "
       "steps_per_second, bytes_per_second, local_steps, train_loss, val_bpb, "
-      "got_stop FROM job_members WHERE job_id = ? ORDER BY worker_id",
+      "got_stop, consecutive_failures FROM job_members WHERE job_id = ? "
+      "ORDER BY worker_id",
       {job_id}, MemberRow);
 }
 

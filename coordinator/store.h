@@ -28,7 +28,7 @@ struct sqlite3;
 
 namespace gasloc::coordinator {
 
-inline constexpr int kSchemaVersion = 2;
+inline constexpr int kSchemaVersion = 3;
 
 // Migrations()[v - 1] takes a database from version v - 1 to v.
 const std::vector<std::string>& Migrations();
@@ -49,6 +49,18 @@ struct StoredJob {
   // First round that will not be planned (the stop condition was reached
   // when it was requested); -1 = not decided yet.
   int64_t stop_round = -1;
+  // Rounds below rounds_decided whose outcome is settled, and how many of
+  // them failed (no member completed them): those do not count toward
+  // stop.max_rounds (Coordinator::SettleRounds).
+  uint64_t rounds_failed = 0;
+  uint64_t rounds_decided = 0;
+  // "worker W round R: error": the first failure reported since a member
+  // last completed a round ("" = none); a job that fails names it.
+  std::string first_failure;
+  // Workers dropped from the job for failing
+  // spec.max_consecutive_round_failures rounds in a row: they do not join
+  // it again (until ResumeJob).
+  std::vector<uint64_t> dropped;
 };
 
 struct StoredMember {
@@ -68,6 +80,9 @@ struct StoredMember {
   float train_loss = 0;
   float val_bpb = 0;
   bool got_stop = false;
+  // Rounds failed in a row (failed set-ups included) since the member last
+  // completed one; at spec.max_consecutive_round_failures it is dropped.
+  uint32_t consecutive_failures = 0;
   // Fraction of the latest reported round spent waiting for peers (not
   // persisted: shown by GetJob's worker_budgets until the next report).
   double wait_fraction = 0;

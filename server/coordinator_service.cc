@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/log.h"
+#include "coordinator/round_planner.h"
 #include "server/grpc_status.h"
 
 namespace gasloc {
@@ -141,12 +142,9 @@ grpc::Status CoordinatorService::StreamJobEvents(
     grpc::ServerWriter<v1::JobEvent>* writer) {
   auto snapshot = coordinator_->WatchSnapshot(request->job_id());
   if (!snapshot.ok()) return ToGrpcStatus(snapshot.status());
-  const auto final_state = [](v1::JobState s) {
-    return s == v1::JOB_STATE_FINISHED || s == v1::JOB_STATE_FAILED ||
-           s == v1::JOB_STATE_STOPPED;
-  };
   if (!writer->Write(snapshot->first)) return grpc::Status::CANCELLED;
-  if (final_state(snapshot->first.job().state())) return grpc::Status::OK;
+  if (coordinator::IsEnded(snapshot->first.job().state()))
+    return grpc::Status::OK;
   uint64_t seq = snapshot->second;
   absl::Time last_sent = absl::Now();
   while (!context->IsCancelled() && !shutting_down_) {

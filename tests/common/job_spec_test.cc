@@ -157,6 +157,9 @@ INSTANTIATE_TEST_SUITE_P(
         BadField{"max_workers", [](v1::JobSpec* s) {
                    s->set_min_workers(4);
                    s->set_max_workers(2);
+                 }},
+        BadField{"max_consecutive_round_failures", [](v1::JobSpec* s) {
+                   s->set_max_consecutive_round_failures(0);
                  }}));
 
 TEST(JobSpec, ParsesJsonAndTextFormat) {

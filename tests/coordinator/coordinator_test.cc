@@ -19,6 +19,7 @@
 #include "common/job_spec.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "prometheus/registry.h"
 
 namespace gasloc::coordinator {
 namespace {
@@ -53,12 +54,14 @@ class CoordinatorTest : public ::testing::Test {
     CoordinatorOptions options;
     options.lease = kLease;
     options.retention = retention_;
+    options.metrics = metrics_;
     auto c = Coordinator::Create(options, std::move(store), &clock_);
     ASSERT_TRUE(c.ok()) << c.status();
     coord_ = std::move(*c);
   }
 
   JobRetention retention_;  // what Make() configures
+  CoordinatorMetrics* metrics_ = nullptr;  // likewise; not owned
 
   uint64_t Register(const std::string& address = "") {
     v1::RegisterWorkerRequest req;
@@ -123,6 +126,29 @@ class CoordinatorTest : public ::testing::Test {
     req.set_train_loss(2.0f);
     req.set_tokens(1000);
     return coord_->ReportRound(req);
+  }
+
+  // Worker `id` reports that round `round` of `job` failed with `error`.
+  absl::Status Fail(uint64_t id, uint64_t job, uint64_t round,
+                    const std::string& error) {
+    v1::ReportRoundRequest req;
+    req.set_worker_id(id);
+    req.set_job_id(job);
+    req.set_round(round);
+    req.set_outcome(v1::ROUND_OUTCOME_FAILED);
+    req.set_error(error);
+    return coord_->ReportRound(req);
+  }
+
+  // The descriptions of `job`'s events of `kind` so far.
+  std::vector<std::string> EventsOf(uint64_t job, v1::JobEventKind kind) {
+    std::vector<std::string> out;
+    auto events = coord_->WaitJobEvents(job, 0, absl::ZeroDuration());
+    EXPECT_TRUE(events.ok()) << events.status();
+    if (!events.ok()) return out;
+    for (const v1::JobEvent& e : events->events)
+      if (e.kind() == kind) out.push_back(e.description());
+    return out;
   }
 
   // A SQLite path in the test's temp folder with no database left there.
@@ -1122,6 +1148,210 @@ TEST_F(CoordinatorTest, ACompletedRoundClearsASetUpFailure) {
   EXPECT_EQ(coord_->GetJob(job)->state(), v1::JOB_STATE_RUNNING);
 }
 
+// --------------------------------------- failed rounds (issue 37 item 4)
+
+// A round no member completed is not progress: a job whose every report is
+// a failure does not reach max_rounds (it used to end FINISHED "reached
+// max_rounds" with 0 tokens); the rounds completed afterwards count.
+TEST_F(CoordinatorTest,
+       RoundsWhoseEveryReportIsAFailureDoNotCountTowardTheStop) {
+  const uint64_t a = Register();
+  v1::JobSpec spec = Spec(/*min_workers=*/1, /*max_rounds=*/2);
+  spec.set_max_consecutive_round_failures(10);
+  const uint64_t job = Start(spec);
+  for (uint64_t r = 0; r < 4; ++r) {
+    auto next = Ask(a, job, static_cast<int64_t>(r) - 1);
+    ASSERT_TRUE(next.ok()) << next.status();
+    ASSERT_EQ(next->kind(), v1::ASSIGNMENT_KIND_ROUND)
+        << "after " << r << " failed rounds: " << next->message();
+    ASSERT_EQ(next->round(), r);
+    ASSERT_TRUE(Fail(a, job, r, "oneDNN cannot create a bf16 matmul").ok());
+  }
+  auto st = coord_->GetJob(job);
+  EXPECT_EQ(st->state(), v1::JOB_STATE_RUNNING) << st->message();
+  for (uint64_t r = 4; r < 6; ++r) {
+    auto next = Ask(a, job, static_cast<int64_t>(r) - 1);
+    ASSERT_TRUE(next.ok()) << next.status();
+    ASSERT_EQ(next->round(), r) << next->message();
+    ASSERT_TRUE(Report(a, job, r).ok());
+  }
+  auto stop = Ask(a, job, 5);
+  ASSERT_TRUE(stop.ok()) << stop.status();
+  EXPECT_EQ(stop->kind(), v1::ASSIGNMENT_KIND_STOP);
+  EXPECT_THAT(stop->message(), HasSubstr("max_rounds=2"));
+  st = coord_->GetJob(job);
+  EXPECT_EQ(st->state(), v1::JOB_STATE_FINISHED) << st->message();
+  EXPECT_EQ(st->tokens(), 2000u);
+}
+
+// The last round is open while a member has not reported it: a member
+// that failed it waits (it would be the stop only if the round succeeds),
+// and gets another round when the others failed it too.
+TEST_F(CoordinatorTest, AnOpenRoundIsWaitedForBeforeTheStop) {
+  const uint64_t a = Register(), b = Register();
+  v1::JobSpec spec = Spec(/*min_workers=*/2, /*max_rounds=*/1);
+  spec.set_max_consecutive_round_failures(10);
+  const uint64_t job = Start(spec);
+  for (uint64_t id : {a, b}) ASSERT_EQ(Ask(id, job, -1)->round(), 0u);
+  ASSERT_TRUE(Fail(a, job, 0, "disk full").ok());
+  auto wait = Ask(a, job, 0);
+  ASSERT_TRUE(wait.ok()) << wait.status();
+  EXPECT_EQ(wait->kind(), v1::ASSIGNMENT_KIND_NONE) << wait->message();
+  ASSERT_TRUE(Fail(b, job, 0, "disk full").ok());
+  for (uint64_t id : {a, b}) {
+    auto next = Ask(id, job, 0);
+    ASSERT_TRUE(next.ok()) << next.status();
+    ASSERT_EQ(next->kind(), v1::ASSIGNMENT_KIND_ROUND) << next->message();
+    EXPECT_EQ(next->round(), 1u);
+  }
+  ASSERT_TRUE(Fail(a, job, 1, "disk full").ok());
+  ASSERT_TRUE(Report(b, job, 1).ok());  // b completed it: round 1 counts
+  auto stop = Ask(a, job, 1);
+  ASSERT_TRUE(stop.ok()) << stop.status();
+  EXPECT_EQ(stop->kind(), v1::ASSIGNMENT_KIND_STOP) << stop->message();
+  EXPECT_EQ(Ask(b, job, 1)->kind(), v1::ASSIGNMENT_KIND_STOP);
+  EXPECT_EQ(coord_->GetJob(job)->state(), v1::JOB_STATE_FINISHED);
+}
+
+// A member that fails max_consecutive_round_failures rounds in a row is
+// dropped with its reason (a FAILURE event naming it, the limit and its
+// last error) and does not join the job again; a completed round resets
+// its count; the job runs on with the others.
+TEST_F(CoordinatorTest, AMemberFailingKRoundsInARowIsDroppedWithItsReason) {
+  const std::vector<uint64_t> ids = RegisterN(2);
+  const uint64_t a = ids[0], b = ids[1];
+  v1::JobSpec spec = Spec(/*min_workers=*/1);
+  spec.set_max_consecutive_round_failures(2);
+  const uint64_t job = Start(spec);
+  const std::vector<bool> a_fails = {true, false, true, true};
+  for (uint64_t r = 0; r < a_fails.size(); ++r) {
+    for (uint64_t id : {a, b}) {
+      auto next = Ask(id, job, static_cast<int64_t>(r) - 1);
+      ASSERT_TRUE(next.ok()) << next.status();
+      ASSERT_EQ(next->round(), r) << "worker " << id << ": " << next->message();
+    }
+    if (a_fails[r]) {
+      ASSERT_TRUE(
+          Fail(a, job, r, absl::StrCat("round ", r, ": disk full")).ok());
+    } else {
+      ASSERT_TRUE(Report(a, job, r).ok());
+    }
+    ASSERT_TRUE(Report(b, job, r).ok());
+  }
+  auto st = coord_->GetJob(job);
+  EXPECT_EQ(st->state(), v1::JOB_STATE_RUNNING) << st->message();
+  std::vector<std::string> dropped;
+  for (const std::string& e : EventsOf(job, v1::JOB_EVENT_KIND_FAILURE))
+    if (absl::StrContains(e, "dropped")) dropped.push_back(e);
+  ASSERT_EQ(dropped.size(), 1u) << "the completed round 1 reset the count";
+  EXPECT_EQ(dropped[0],
+            absl::StrCat("worker ", a,
+                         " dropped from the job: it failed 2 round(s) in a "
+                         "row (max_consecutive_round_failures=2); last "
+                         "error: round 3: disk full"));
+  // Told why when it asks; idle, and not taken back by the job.
+  auto stop = Ask(a, job, 3);
+  ASSERT_TRUE(stop.ok()) << stop.status();
+  EXPECT_EQ(stop->kind(), v1::ASSIGNMENT_KIND_STOP);
+  EXPECT_THAT(stop->message(), HasSubstr("dropped"));
+  ASSERT_EQ(Ask(b, job, 3)->round(), 4u);
+  EXPECT_EQ(Ask(a, 0, -1)->kind(), v1::ASSIGNMENT_KIND_NONE);
+  st = coord_->GetJob(job);
+  EXPECT_THAT(st->worker_ids(), ::testing::ElementsAre(b));
+  EXPECT_EQ(st->state(), v1::JOB_STATE_RUNNING);
+}
+
+// Every member failing every round: each is dropped after the limit
+// (default 3) and the job ends FAILED, never FINISHED, with the first
+// error (worker and text), in its status, job list, events and metric.
+TEST_F(CoordinatorTest,
+       EveryMemberFailingItsRoundsFailsTheJobWithTheFirstError) {
+  prometheus::Registry registry;
+  CoordinatorMetrics metrics(registry);
+  metrics_ = &metrics;
+  Make(nullptr);
+  const std::vector<uint64_t> ids = RegisterN(2);
+  const uint64_t job = Start(Spec(/*min_workers=*/1, /*max_rounds=*/3));
+  const auto error = [](uint64_t id, uint64_t r) {
+    return absl::StrCat("round ", r,
+                        ": oneDNN cannot create a bf16 matmul "
+                        "on worker ",
+                        id);
+  };
+  // Each worker fails every round it gets until it is told to stop (the
+  // job used to plan its max_rounds=3 rounds and FINISH).
+  std::map<uint64_t, int64_t> after = {{ids[0], -1}, {ids[1], -1}};
+  std::set<uint64_t> stopped;
+  for (int turn = 0; turn < 10 && stopped.size() < ids.size(); ++turn) {
+    for (uint64_t id : ids) {
+      if (stopped.count(id)) continue;
+      auto next = Ask(id, job, after[id]);
+      ASSERT_TRUE(next.ok()) << next.status();
+      if (next->kind() == v1::ASSIGNMENT_KIND_STOP) stopped.insert(id);
+      if (next->kind() != v1::ASSIGNMENT_KIND_ROUND) continue;
+      ASSERT_TRUE(Fail(id, job, next->round(), error(id, next->round())).ok());
+      after[id] = static_cast<int64_t>(next->round());
+    }
+  }
+  EXPECT_EQ(stopped.size(), ids.size());
+  EXPECT_EQ(after[ids[0]], 2) << "dropped after its third failed round";
+  auto st = coord_->GetJob(job);
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_EQ(st->state(), v1::JOB_STATE_FAILED) << st->message();
+  const std::string first = absl::StrCat("first error: worker ", ids[0],
+                                         " round 0: ", error(ids[0], 0));
+  EXPECT_THAT(st->message(), HasSubstr("every worker was dropped"));
+  EXPECT_THAT(st->message(), HasSubstr(first));
+  auto list = coord_->ListJobs();
+  ASSERT_EQ(list.jobs_size(), 1);
+  EXPECT_EQ(list.jobs(0).state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(list.jobs(0).message(), HasSubstr(first));
+  const std::vector<std::string> states =
+      EventsOf(job, v1::JOB_EVENT_KIND_STATE);
+  ASSERT_FALSE(states.empty());
+  EXPECT_THAT(states.back(), HasSubstr("JOB_STATE_FAILED"));
+  EXPECT_THAT(states.back(), HasSubstr(first));
+  for (const std::string& s : states)
+    EXPECT_THAT(s, ::testing::Not(HasSubstr("FINISHED")));
+  int dropped = 0;
+  for (const std::string& e : EventsOf(job, v1::JOB_EVENT_KIND_FAILURE))
+    dropped += absl::StrContains(e, "dropped from the job");
+  EXPECT_EQ(dropped, 2);
+  std::map<std::string, double> counters;
+  for (const prometheus::MetricFamily& family : registry.Collect())
+    for (const prometheus::ClientMetric& m : family.metric) {
+      std::string key = family.name;
+      for (const prometheus::ClientMetric::Label& l : m.label)
+        absl::StrAppend(&key, "/", l.value);
+      counters[key] = m.counter.value;
+    }
+  EXPECT_EQ(counters["gasloc_coordinator_jobs_failed_total/round_failures"], 1);
+  EXPECT_EQ(counters["gasloc_coordinator_jobs_failed_total/setup"], 0);
+  EXPECT_EQ(counters["gasloc_coordinator_members_dropped_total"], 2);
+  coord_.reset();  // before `metrics`
+}
+
+// Dropping a member below min_workers fails the job at once, naming the
+// dropped worker and the first error.
+TEST_F(CoordinatorTest, ADropBelowMinWorkersFailsTheJob) {
+  const std::vector<uint64_t> ids = RegisterN(2);
+  v1::JobSpec spec = Spec(/*min_workers=*/2);
+  spec.set_max_consecutive_round_failures(1);
+  const uint64_t job = Start(spec);
+  for (uint64_t id : ids) ASSERT_EQ(Ask(id, job, -1)->round(), 0u);
+  ASSERT_TRUE(Report(ids[1], job, 0).ok());
+  ASSERT_TRUE(Fail(ids[0], job, 0, "cannot read corpus part 3").ok());
+  auto st = coord_->GetJob(job);
+  EXPECT_EQ(st->state(), v1::JOB_STATE_FAILED);
+  EXPECT_EQ(st->message(),
+            absl::StrCat("1 worker(s) left, fewer than min_workers=2: worker ",
+                         ids[0],
+                         " dropped after it failed 1 round(s) in a row "
+                         "(max_consecutive_round_failures=1); first error: "
+                         "worker ",
+                         ids[0], " round 0: cannot read corpus part 3"));
+}
+
 // ------------------------------------------- checkpoint sets and resuming
 
 // A file database at a fresh path under the test's temporary directory,
@@ -1345,6 +1575,34 @@ TEST_F(CheckpointSetTest, SetUpFailuresSurviveACoordinatorRestart) {
   EXPECT_EQ(st->state(), v1::JOB_STATE_FAILED);
   EXPECT_THAT(st->message(), HasSubstr("no corpus"));
   EXPECT_EQ(st->failures_size(), 2);
+}
+
+// The failed rounds (not counted toward the stop), each member's failures
+// in a row and the first error are in the database: a restart in the
+// middle changes neither when the job stops nor when it fails.
+TEST_F(CheckpointSetTest, FailedRoundsAndFailuresInARowSurviveARestart) {
+  const uint64_t a = Register();
+  const uint64_t job = Start(Spec(/*min_workers=*/1, /*max_rounds=*/2));
+  for (uint64_t r = 0; r < 2; ++r) {
+    ASSERT_EQ(Ask(a, job, static_cast<int64_t>(r) - 1)->round(), r);
+    ASSERT_TRUE(Fail(a, job, r, absl::StrCat("round ", r, ": disk full")).ok());
+  }
+  Reopen();
+  auto next = Ask(a, job, 1);
+  ASSERT_TRUE(next.ok()) << next.status();
+  ASSERT_EQ(next->kind(), v1::ASSIGNMENT_KIND_ROUND)
+      << "the failed rounds were counted after the restart: "
+      << next->message();
+  ASSERT_EQ(next->round(), 2u);
+  Reopen();
+  ASSERT_TRUE(Fail(a, job, 2, "round 2: disk full").ok());
+  auto st = coord_->GetJob(job);
+  EXPECT_EQ(st->state(), v1::JOB_STATE_FAILED)
+      << "the failures in a row were forgotten by the restart: "
+      << st->message();
+  EXPECT_THAT(st->message(),
+              HasSubstr(absl::StrCat("first error: worker ", a,
+                                     " round 0: round 0: disk full")));
 }
 
 // A job that FAILED because no member could set it up, resumed (say once

@@ -30,6 +30,55 @@ TEST(RoundPlannerTest, StopReasonNamesTheCondition) {
             "reached max_wall_seconds=60");
 }
 
+TEST(RoundPlannerTest, OnlyEndedStatesAreEnded) {
+  EXPECT_FALSE(IsEnded(v1::JOB_STATE_PENDING));
+  EXPECT_FALSE(IsEnded(v1::JOB_STATE_RUNNING));
+  EXPECT_TRUE(IsEnded(v1::JOB_STATE_FINISHED));
+  EXPECT_TRUE(IsEnded(v1::JOB_STATE_FAILED));
+  EXPECT_TRUE(IsEnded(v1::JOB_STATE_STOPPED));
+}
+
+// A round succeeded once a member completed it; it failed when nobody is
+// still running it (or its deadline passed) and none completed it.
+TEST(RoundPlannerTest, ARoundFailsWhenNoMemberCompletedIt) {
+  const std::vector<uint64_t> members = {1, 2};
+  std::set<uint64_t> running = {2};
+  const auto is_running = [&](uint64_t id) { return running.count(id) > 0; };
+  EXPECT_EQ(DecideRoundOutcome(true, members, is_running, false),
+            RoundOutcome::kSucceeded);
+  EXPECT_EQ(DecideRoundOutcome(false, members, is_running, false),
+            RoundOutcome::kOpen);
+  EXPECT_EQ(DecideRoundOutcome(false, members, is_running, true),
+            RoundOutcome::kFailed);
+  running.clear();
+  EXPECT_EQ(DecideRoundOutcome(false, members, is_running, false),
+            RoundOutcome::kFailed);
+  EXPECT_EQ(DecideRoundOutcome(false, {}, is_running, false),
+            RoundOutcome::kFailed);
+}
+
+TEST(RoundPlannerTest, AMemberIsDroppedAfterItsFailuresInARow) {
+  v1::JobSpec spec;  // max_consecutive_round_failures unset: the default
+  spec.set_min_workers(2);
+  EXPECT_EQ(MaxConsecutiveRoundFailures(spec),
+            kDefaultMaxConsecutiveRoundFailures);
+  FailureDecision d = DecideFailure(spec, 2, 3);
+  EXPECT_FALSE(d.drop);
+  d = DecideFailure(spec, 3, 3);
+  EXPECT_TRUE(d.drop);
+  EXPECT_FALSE(d.fail_job);  // 2 left, min_workers 2
+  EXPECT_EQ(d.Reason(),
+            "failed 3 round(s) in a row (max_consecutive_round_failures=3)");
+  d = DecideFailure(spec, 3, 2);
+  EXPECT_TRUE(d.fail_job);
+  EXPECT_EQ(d.JobReason(), "1 worker(s) left, fewer than min_workers=2");
+  spec.set_max_consecutive_round_failures(1);
+  spec.set_min_workers(1);
+  d = DecideFailure(spec, 1, 1);
+  EXPECT_TRUE(d.drop && d.fail_job);
+  EXPECT_EQ(d.JobReason(), "every worker was dropped");
+}
+
 TEST(RoundPlannerTest, EtaFromTheObservedRate) {
   v1::JobStatus st;
   st.set_state(v1::JOB_STATE_PENDING);

@@ -41,6 +41,10 @@ TEST(StoreTest, RoundTripsEveryTable) {
     j.status.mutable_spec()->set_name("j");
     j.status.set_state(v1::JOB_STATE_RUNNING);
     j.stop_round = 9;
+    j.rounds_failed = 2;
+    j.rounds_decided = 6;
+    j.first_failure = "worker 7 round 3: no bf16 matmul";
+    j.dropped = {4, 8};
     ASSERT_TRUE((*store)->PutJob(j).ok());
     StoredMember m;
     m.job_id = 3;
@@ -50,6 +54,7 @@ TEST(StoreTest, RoundTripsEveryTable) {
     m.steps_per_second = 2.5;
     m.local_steps = 40;
     m.got_stop = true;
+    m.consecutive_failures = 2;
     ASSERT_TRUE((*store)->PutMember(m).ok());
     ASSERT_TRUE((*store)->PutEpoch({3, 2, 4, {7, 9}}).ok());
     StoredRound r;
@@ -81,12 +86,17 @@ TEST(StoreTest, RoundTripsEveryTable) {
   auto jobs = (*store)->LoadJobs();
   ASSERT_EQ(jobs->size(), 1u);
   EXPECT_EQ((*jobs)[0].stop_round, 9);
+  EXPECT_EQ((*jobs)[0].rounds_failed, 2u);
+  EXPECT_EQ((*jobs)[0].rounds_decided, 6u);
+  EXPECT_EQ((*jobs)[0].first_failure, "worker 7 round 3: no bf16 matmul");
+  EXPECT_EQ((*jobs)[0].dropped, (std::vector<uint64_t>{4, 8}));
   EXPECT_EQ((*jobs)[0].status.spec().name(), "j");
   auto members = (*store)->LoadMembers(3);
   ASSERT_EQ(members->size(), 1u);
   EXPECT_EQ((*members)[0].last_reported_round, 5);
   EXPECT_DOUBLE_EQ((*members)[0].steps_per_second, 2.5);
   EXPECT_TRUE((*members)[0].got_stop);
+  EXPECT_EQ((*members)[0].consecutive_failures, 2u);
   auto epochs = (*store)->LoadEpochs(3);
   ASSERT_EQ(epochs->size(), 1u);
   EXPECT_EQ((*epochs)[0].members, (std::vector<uint64_t>{7, 9}));
@@ -112,22 +122,30 @@ TEST(StoreTest, FileCommitsAreDurable) {
   EXPECT_EQ(*level, 2);  // FULL
 }
 
-TEST(StoreTest, MigratesAVersionOneFile) {
-  const std::string path = TempDb("store_v1.sqlite");
+// A database file at schema `version`, built by hand with the first
+// `version` migrations, then `rows` (SQL) run in it.
+void MakeOldFile(const std::string& path, int version, const char* rows) {
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
-  ASSERT_EQ(sqlite3_exec(db, Migrations()[0].c_str(), nullptr, nullptr, nullptr),
-            SQLITE_OK);
-  ASSERT_EQ(sqlite3_exec(db,
-                         "PRAGMA user_version=1; INSERT INTO workers VALUES "
-                         "(5, x'', 1, 1, 0);",
-                         nullptr, nullptr, nullptr),
+  for (int v = 0; v < version; ++v)
+    ASSERT_EQ(
+        sqlite3_exec(db, Migrations()[v].c_str(), nullptr, nullptr, nullptr),
+        SQLITE_OK);
+  const std::string sql =
+      absl::StrCat("PRAGMA user_version=", version, "; ", rows);
+  ASSERT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr),
             SQLITE_OK);
   sqlite3_close(db);
+}
+
+TEST(StoreTest, MigratesAVersionOneFile) {
+  const std::string path = TempDb("store_v1.sqlite");
+  ASSERT_NO_FATAL_FAILURE(
+      MakeOldFile(path, 1, "INSERT INTO workers VALUES (5, x'', 1, 1, 0);"));
 
   auto store = Store::Open(path);
   ASSERT_TRUE(store.ok()) << store.status();
-  EXPECT_EQ(*(*store)->SchemaVersion(), 2);
+  EXPECT_EQ(*(*store)->SchemaVersion(), kSchemaVersion);
   auto workers = (*store)->LoadWorkers();
   ASSERT_TRUE(workers.ok());
   ASSERT_EQ(workers->size(), 1u);
@@ -136,6 +154,36 @@ TEST(StoreTest, MigratesAVersionOneFile) {
   StoredRound r;
   r.job_id = 1;
   EXPECT_TRUE((*store)->PutRound(r).ok());
+  // So are the columns version 3 added.
+  StoredJob j;
+  j.status.set_job_id(1);
+  j.rounds_failed = 1;
+  ASSERT_TRUE((*store)->PutJob(j).ok());
+  EXPECT_EQ((*(*store)->LoadJobs())[0].rounds_failed, 1u);
+}
+
+// A version-2 file (before failed rounds were counted): its jobs and
+// members load with nothing failed and nobody dropped.
+TEST(StoreTest, MigratesAVersionTwoFile) {
+  const std::string path = TempDb("store_v2.sqlite");
+  ASSERT_NO_FATAL_FAILURE(MakeOldFile(
+      path, 2,
+      "INSERT INTO jobs VALUES (3, 'j', 2, x'', -1); INSERT INTO job_members "
+      "VALUES (3, 7, 0, 4, 1, 1, 100, 2, 0, 0);"));
+  auto store = Store::Open(path);
+  ASSERT_TRUE(store.ok()) << store.status();
+  EXPECT_EQ(*(*store)->SchemaVersion(), 3);
+  auto jobs = (*store)->LoadJobs();
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  ASSERT_EQ(jobs->size(), 1u);
+  EXPECT_EQ((*jobs)[0].rounds_failed, 0u);
+  EXPECT_EQ((*jobs)[0].first_failure, "");
+  EXPECT_TRUE((*jobs)[0].dropped.empty());
+  auto members = (*store)->LoadMembers(3);
+  ASSERT_TRUE(members.ok()) << members.status();
+  ASSERT_EQ(members->size(), 1u);
+  EXPECT_EQ((*members)[0].last_reported_round, 4);
+  EXPECT_EQ((*members)[0].consecutive_failures, 0u);
 }
 
 TEST(StoreTest, CorruptBudgetsAreDataLoss) {

@@ -65,24 +65,7 @@ class BoundsTest : public ::testing::Test {
 
   // gaslocctl `args`: (exit code, stdout + stderr).
   std::pair<int, std::string> Ctl(const std::vector<std::string>& args) {
-    const std::string out = cluster_.dir() + "/ctl.txt";
-    fs::remove(out);
-    std::vector<std::string> argv = {BinaryPath("gaslocctl"), "--insecure",
-                                     "--coordinator=" + cluster_.address()};
-    argv.insert(argv.end(), args.begin(), args.end());
-    auto child = Subprocess::Start(argv, out);
-    EXPECT_TRUE(child.ok()) << child.status();
-    std::string text;
-    while (true) {
-      auto line = child->WaitForLine("", absl::Seconds(20));
-      if (!line.ok()) break;
-      text += *line + "\n";
-    }
-    auto status = child->Wait(absl::Seconds(20));
-    EXPECT_TRUE(status.ok());
-    text += ReadFile(out);
-    return {status.ok() && WIFEXITED(*status) ? WEXITSTATUS(*status) : -1,
-            text};
+    return cluster_.Ctl(args);
   }
 
   // Every worker process still runs.

@@ -116,12 +116,7 @@ class CoordinatorProcessTest : public ::testing::Test {
     std::remove(err.c_str());
     auto child = Subprocess::Start(argv, err);
     EXPECT_TRUE(child.ok()) << child.status();
-    std::string out;
-    while (true) {
-      auto line = child->WaitForLine("", absl::Seconds(20));
-      if (!line.ok()) break;
-      out += *line + "\n";
-    }
+    const std::string out = child->ReadLines(absl::Seconds(20));
     auto status = child->Wait(absl::Seconds(20));
     EXPECT_TRUE(status.ok()) << status.status();
     std::ifstream in(err);

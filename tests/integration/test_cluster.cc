@@ -133,6 +133,26 @@ absl::StatusOr<v1::JobStatus> Cluster::GetJob(uint64_t job_id) {
   return response.job();
 }
 
+std::pair<int, std::string> Cluster::Ctl(
+    const std::vector<std::string>& args) {
+  const std::string out = dir_ + "/ctl.txt";
+  fs::remove(out);
+  std::vector<std::string> argv = {BinaryPath("gaslocctl"),
+                                   "--coordinator=" + address_};
+  for (std::string& flag : CredentialFlags("operator"))
+    argv.push_back(std::move(flag));
+  argv.insert(argv.end(), args.begin(), args.end());
+  auto child = Subprocess::Start(argv, out);
+  EXPECT_TRUE(child.ok()) << child.status();
+  if (!child.ok()) return {-1, ""};
+  std::string text = child->ReadLines(absl::Seconds(20));
+  auto status = child->Wait(absl::Seconds(20));
+  EXPECT_TRUE(status.ok());
+  text += ReadFile(out);
+  return {status.ok() && WIFEXITED(*status) ? WEXITSTATUS(*status) : -1,
+          text};
+}
+
 v1::JobSpec Cluster::TinySpec(v1::Algorithm algorithm, int rounds, int workers) {
   v1::JobSpec spec;
   spec.set_name("e2e");

@@ -12,6 +12,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -59,6 +60,9 @@ class Cluster {
   v1::JobStatus WaitForJobEnd(uint64_t job_id, absl::Duration timeout);
   // The job's status now (GetJob), or the call's error.
   absl::StatusOr<v1::JobStatus> GetJob(uint64_t job_id);
+  // gaslocctl `args` against the coordinator as the operator: its exit
+  // code and its stdout then stderr.
+  std::pair<int, std::string> Ctl(const std::vector<std::string>& args);
 
   // The final parameters each worker checkpointed.
   void CheckpointedParams(std::vector<std::vector<float>>* out);

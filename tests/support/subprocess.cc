@@ -93,6 +93,15 @@ absl::StatusOr<std::string> Subprocess::WaitForLine(const std::string& needle,
   }
 }
 
+std::string Subprocess::ReadLines(absl::Duration per_line) {
+  std::string text;
+  while (true) {
+    absl::StatusOr<std::string> line = WaitForLine("", per_line);
+    if (!line.ok()) return text;
+    text += *line + "\n";
+  }
+}
+
 absl::StatusOr<int> Subprocess::WaitForPort(absl::Duration timeout) {
   auto line = WaitForLine("listening on port ", timeout);
   if (!line.ok()) return line.status();

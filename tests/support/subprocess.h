@@ -31,6 +31,9 @@ class Subprocess {
   // Reads stdout until a line containing `needle` arrives; returns it.
   absl::StatusOr<std::string> WaitForLine(const std::string& needle,
                                           absl::Duration timeout);
+  // Reads stdout to its end (or until a line takes longer than
+  // `per_line`): the lines read, each ending in a newline.
+  std::string ReadLines(absl::Duration per_line);
   // Convenience: waits for "listening on port N" and returns N.
   absl::StatusOr<int> WaitForPort(absl::Duration timeout);
   void Signal(int signal_number);
