@@ -12,11 +12,31 @@ namespace gasloc::kernels {
 
 // ---------------------------------------------------------------- layouts
 
+namespace {
+
+// `dims` and `strides` of 2-byte elements as bytes: one more dimension of
+// 2, every stride doubled.
+dnnl::memory::desc BytePairs(const Dims& dims, const Dims& strides) {
+  Dims byte_dims = dims, byte_strides;
+  byte_dims.push_back(2);
+  for (int64_t s : strides) byte_strides.push_back(2 * s);
+  byte_strides.push_back(1);
+  return StridedMd(byte_dims, dt::u8, byte_strides);
+}
+
+bool AsBytePairs(dt type) {
+  return type == dt::bf16 && Bf16ComputeMode() == Bf16Compute::kWidened;
+}
+
+}  // namespace
+
 Permute::Permute(DnnlEnv* env, const Dims& dims, const Dims& src_strides,
                  const Dims& dst_strides, dt type)
     : env_(env),
-      src_md_(StridedMd(dims, type, src_strides)),
-      dst_md_(StridedMd(dims, type, dst_strides)) {
+      src_md_(AsBytePairs(type) ? BytePairs(dims, src_strides)
+                                : StridedMd(dims, type, src_strides)),
+      dst_md_(AsBytePairs(type) ? BytePairs(dims, dst_strides)
+                                : StridedMd(dims, type, dst_strides)) {
   prim_ = dnnl::reorder(
       dnnl::reorder::primitive_desc(env->engine, src_md_, env->engine, dst_md_));
 }

@@ -21,7 +21,10 @@ namespace gasloc::kernels {
 // (strides src_strides) goes to the same index of the destination
 // (dst_strides). Used to move q, k, v between the row-major (B, T, 3, H, hd)
 // the qkv projection writes and the head-major (B, 3, H, T, hd) attention
-// reads. Reference: the index loop in the tests.
+// reads. Where oneDNN has no bf16 jit reorder (Bf16Compute::kWidened: its
+// generic one took 3-7 ms per call), a bf16 permutation runs as the same
+// permutation of byte pairs (u8, one more dimension of 2): bit-exact, jit.
+// Reference: the index loop in the tests.
 class Permute {
  public:
   Permute(DnnlEnv* env, const Dims& dims, const Dims& src_strides,

@@ -6,8 +6,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <unordered_map>
 
+#include "worker/model/bf16_widening.h"
 #include "worker/model/elementwise_loops.h"
 #include "worker/model/vector_math.h"
 
@@ -55,15 +57,16 @@ dnnl::memory::desc PlainMd(const Dims& dims, dt type) {
 
 // ---------------------------------------------------------------- Matmul
 
-// bf16 operands on a CPU whose oneDNN has no bf16 matmul: each bf16 operand
-// with a fixed layout gets a dense f32 copy (filled by a reorder before the
-// call; the output's copy narrowed into it after), a bf16 `any` weight
-// becomes an f32 `any` one. Offsets are in floats into the caller's scratch.
+// bf16 operands on a CPU whose oneDNN has no bf16 matmul (Bf16Compute::
+// kWidened): each bf16 operand with a fixed layout, the binary post-op's
+// included (an f32 matmul with a bf16 post-op operand falls back to
+// oneDNN's reference kernel), gets an f32 twin in scratch memory
+// (bf16_widening.h); a bf16 `any` weight becomes an f32 `any` one.
 struct Matmul::Widening {
-  bool a = false, b = false, c = false;
-  dnnl::reorder a_in, b_in, c_in, c_out;  // c_in: only when accumulating
-  size_t a_at = 0, b_at = 0, c_at = 0, floats = 0;
-  size_t pad_bytes = 0;  // the reorders' scratchpad in user mode
+  std::optional<WidenedOperand> a, b, c, add;
+  // The twins' offsets in the scratch, in floats (64-byte aligned).
+  size_t a_at = 0, b_at = 0, c_at = 0, add_at = 0, floats = 0;
+  size_t pad_bytes = 0;  // the largest reorder scratchpad (user mode)
 };
 
 namespace {
@@ -71,32 +74,6 @@ namespace {
 bool IsBf16(const dnnl::memory::desc& md) { return md.data_type() == dt::bf16; }
 bool IsAny(const dnnl::memory::desc& md) {
   return md.data.format_kind == dnnl_format_kind_any;
-}
-dnnl::memory::desc DenseF32(const dnnl::memory::desc& md) {
-  return PlainMd(md.dims(), dt::f32);
-}
-size_t Floats(const dnnl::memory::desc& md) { return md.get_size() / 4; }
-
-// A reorder between two descriptors, in user scratchpad mode when asked
-// (so that several threads can run it at once), adding its scratchpad
-// size to `pad_bytes`'s maximum.
-dnnl::reorder MakeReorder(DnnlEnv* env, const dnnl::memory::desc& from,
-                          const dnnl::memory::desc& to, bool user_pad,
-                          size_t* pad_bytes) {
-  dnnl::primitive_attr attr;
-  if (user_pad) attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  dnnl::reorder::primitive_desc pd(env->engine, from, env->engine, to, attr);
-  *pad_bytes = std::max(*pad_bytes, pd.scratchpad_desc().get_size());
-  return dnnl::reorder(pd);
-}
-
-void RunReorder(const dnnl::reorder& r, dnnl::stream& stream,
-                const dnnl::memory& from, const dnnl::memory& to,
-                const dnnl::memory* pad) {
-  std::unordered_map<int, dnnl::memory> args = {{DNNL_ARG_FROM, from},
-                                                {DNNL_ARG_TO, to}};
-  if (pad != nullptr) args.emplace(DNNL_ARG_SCRATCHPAD, *pad);
-  r.execute(stream, args);
 }
 
 // Can oneDNN build a bf16 matmul on this CPU (after ONEDNN_MAX_CPU_ISA)?
@@ -160,37 +137,40 @@ absl::Status OneDnnStatus(std::string_view operation, dt precision,
 }
 
 Matmul::Matmul(DnnlEnv* env, const Desc& desc) : env_(env), desc_(desc) {
-  dnnl::primitive_attr attr;
-  if (desc.user_scratchpad) attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  if (desc.scale != 1.0f) attr.set_output_scales(0, {desc.scale});
-  if (desc.add || desc.accumulate) {
-    dnnl::post_ops ops;
-    if (desc.accumulate) ops.append_sum(1.0f);
-    if (desc.add) ops.append_binary(desc.add_alg, desc.add_md);
-    attr.set_post_ops(ops);
-  }
   // The descriptors the primitive runs with: f32 in place of bf16 when
-  // this CPU has no bf16 matmul (a bf16 post-op operand is fine there).
-  dnnl::memory::desc a = desc.a, b = desc.b, c = desc.c;
+  // this CPU has no bf16 matmul.
+  dnnl::memory::desc a = desc.a, b = desc.b, c = desc.c, add = desc.add_md;
   std::shared_ptr<Widening> w;
   if ((IsBf16(a) || IsBf16(b) || IsBf16(c)) &&
       Bf16ComputeMode() == Bf16Compute::kWidened) {
     w = std::make_shared<Widening>();
-    auto place = [&](dnnl::memory::desc& md, bool* widen, size_t* at) {
+    auto place = [&](dnnl::memory::desc& md, std::optional<WidenedOperand>* op,
+                     size_t* at) {
       if (!IsBf16(md)) return;
       if (IsAny(md)) {
         md = dnnl::memory::desc(md.dims(), dt::f32,
                                 dnnl::memory::format_tag::any);
         return;
       }
-      *widen = true;
-      md = DenseF32(md);
+      op->emplace(env, md, desc.user_scratchpad);
+      md = (*op)->f32_md();
       *at = w->floats;
-      w->floats += (Floats(md) + 15) / 16 * 16;  // 64-byte aligned offsets
+      w->floats += ((*op)->floats() + 15) / 16 * 16;
+      w->pad_bytes = std::max(w->pad_bytes, (*op)->pad_bytes());
     };
     place(a, &w->a, &w->a_at);
     place(b, &w->b, &w->b_at);
     place(c, &w->c, &w->c_at);
+    if (desc.add) place(add, &w->add, &w->add_at);
+  }
+  dnnl::primitive_attr attr;
+  if (desc.user_scratchpad) attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  if (desc.scale != 1.0f) attr.set_output_scales(0, {desc.scale});
+  if (desc.add || desc.accumulate) {
+    dnnl::post_ops ops;
+    if (desc.accumulate) ops.append_sum(1.0f);
+    if (desc.add) ops.append_binary(desc.add_alg, add);
+    attr.set_post_ops(ops);
   }
   const Dims c_dims = desc.c.dims();
   if (desc.bias) {
@@ -206,15 +186,6 @@ Matmul::Matmul(DnnlEnv* env, const Desc& desc) : env_(env), desc_(desc) {
   prim_ = dnnl::matmul(pd_);
   weights_md_ = pd_.weights_desc();
   if (w != nullptr) {
-    const bool user = desc.user_scratchpad;
-    if (w->a) w->a_in = MakeReorder(env, desc.a, a, user, &w->pad_bytes);
-    if (w->b) w->b_in = MakeReorder(env, desc.b, b, user, &w->pad_bytes);
-    if (w->c) {
-      w->c_out = MakeReorder(env, c, desc.c, user, &w->pad_bytes);
-      if (desc.accumulate) {
-        w->c_in = MakeReorder(env, desc.c, c, user, &w->pad_bytes);
-      }
-    }
     // A bf16 `any` weight now runs as f32: the caller writes that layout.
     if (!w->b && IsBf16(desc.b)) weights_md_ = pd_.weights_desc();
     scratch_.resize(desc.user_scratchpad ? 0 : w->floats);
@@ -231,21 +202,20 @@ void Matmul::Execute(dnnl::stream& stream, const dnnl::memory& a,
     return;
   }
   const Widening& w = *widening_;
-  if (w.a) RunReorder(w.a_in, stream, a, args.at(DNNL_ARG_SRC), pad);
-  if (w.b) RunReorder(w.b_in, stream, b, args.at(DNNL_ARG_WEIGHTS), pad);
+  if (w.a) w.a->Widen(stream, a, args.at(DNNL_ARG_SRC), pad);
+  if (w.b) w.b->Widen(stream, b, args.at(DNNL_ARG_WEIGHTS), pad);
   if (w.c && desc_.accumulate) {
-    RunReorder(w.c_in, stream, c, args.at(DNNL_ARG_DST), pad);
+    w.c->Widen(stream, c, args.at(DNNL_ARG_DST), pad);
   }
   prim_.execute(stream, args);
-  if (w.c) RunReorder(w.c_out, stream, args.at(DNNL_ARG_DST), c, pad);
+  if (w.c) w.c->Narrow(stream, args.at(DNNL_ARG_DST), c, pad);
 }
 
-dnnl::memory Matmul::RunMemory(const dnnl::memory::desc& given, bool widen,
+dnnl::memory Matmul::RunMemory(const std::optional<WidenedOperand>& twin,
                                size_t at, const dnnl::memory& caller,
-                               const dnnl::engine& engine,
-                               float* scratch) const {
-  if (!widen) return caller;
-  return dnnl::memory(DenseF32(given), engine, scratch + at);
+                               const dnnl::engine& engine, float* scratch) {
+  if (!twin.has_value()) return caller;
+  return dnnl::memory(twin->f32_md(), engine, scratch + at);
 }
 
 void Matmul::Run(const void* a, const void* b, void* c, const float* bias,
@@ -258,17 +228,22 @@ void Matmul::Run(const void* a, const void* b, void* c, const float* bias,
   const Widening none;
   const Widening& w = widening_ ? *widening_ : none;
   std::unordered_map<int, dnnl::memory> args = {
-      {DNNL_ARG_SRC, RunMemory(desc_.a, w.a, w.a_at, a_mem, env_->engine,
+      {DNNL_ARG_SRC, RunMemory(w.a, w.a_at, a_mem, env_->engine,
                                scratch_.data())},
-      {DNNL_ARG_WEIGHTS, RunMemory(desc_.b, w.b, w.b_at, b_mem, env_->engine,
+      {DNNL_ARG_WEIGHTS, RunMemory(w.b, w.b_at, b_mem, env_->engine,
                                    scratch_.data())},
-      {DNNL_ARG_DST, RunMemory(desc_.c, w.c, w.c_at, c_mem, env_->engine,
+      {DNNL_ARG_DST, RunMemory(w.c, w.c_at, c_mem, env_->engine,
                                scratch_.data())}};
   if (desc_.bias) args.emplace(DNNL_ARG_BIAS, Mem(bias_md_, env_, bias));
   if (desc_.add) {
+    const dnnl::memory add_mem = Mem(desc_.add_md, env_, add);
+    const dnnl::memory run_add = RunMemory(w.add, w.add_at,
+                                           add_mem, env_->engine,
+                                           scratch_.data());
+    if (w.add) w.add->Widen(env_->stream, add_mem, run_add, nullptr);
     args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(desc_.accumulate ? 1 : 0) |
                      DNNL_ARG_SRC_1,
-                 Mem(desc_.add_md, env_, add));
+                 run_add);
   }
   Execute(env_->stream, a_mem, b_mem, c_mem, args, nullptr);
   env_->stream.wait();
@@ -285,11 +260,11 @@ Matmul::Bound::Bound(const Matmul& matmul, const dnnl::engine& engine,
   const Widening none;
   const Widening& w = matmul.widening_ ? *matmul.widening_ : none;
   scratch_.resize(w.floats);
-  args_ = {{DNNL_ARG_SRC, matmul.RunMemory(matmul.desc_.a, w.a, w.a_at, a_,
+  args_ = {{DNNL_ARG_SRC, matmul.RunMemory(w.a, w.a_at, a_,
                                            engine, scratch_.data())},
-           {DNNL_ARG_WEIGHTS, matmul.RunMemory(matmul.desc_.b, w.b, w.b_at,
+           {DNNL_ARG_WEIGHTS, matmul.RunMemory(w.b, w.b_at,
                                                b_, engine, scratch_.data())},
-           {DNNL_ARG_DST, matmul.RunMemory(matmul.desc_.c, w.c, w.c_at, c_,
+           {DNNL_ARG_DST, matmul.RunMemory(w.c, w.c_at, c_,
                                            engine, scratch_.data())}};
   if (matmul.desc_.user_scratchpad) {
     if (w.pad_bytes > 0) {  // the widening reorders' share of the pad
@@ -576,12 +551,30 @@ void GeluWithDerivative(const void* h, dt type, int64_t n, void* g,
 // ---------------------------------------------------------------- Convert
 
 Convert::Convert(DnnlEnv* env, int64_t n, dt from, dt to)
-    : env_(env), src_md_(PlainMd({n}, from)), dst_md_(PlainMd({n}, to)) {
+    : env_(env),
+      n_(n),
+      from_(from),
+      to_(to),
+      own_loop_(from != to && (from == dt::bf16 || to == dt::bf16) &&
+                Bf16ComputeMode() == Bf16Compute::kWidened),
+      src_md_(PlainMd({n}, from)),
+      dst_md_(PlainMd({n}, to)) {
+  if (own_loop_) return;
   prim_ = dnnl::reorder(
       dnnl::reorder::primitive_desc(env->engine, src_md_, env->engine, dst_md_));
 }
 
 void Convert::Run(const void* src, void* dst) {
+  if (own_loop_) {
+    if (to_ == dt::bf16) {
+      NarrowToBf16(static_cast<const float*>(src), n_,
+                   static_cast<uint16_t*>(dst));
+    } else {
+      WidenBf16(static_cast<const uint16_t*>(src), n_,
+                static_cast<float*>(dst));
+    }
+    return;
+  }
   dnnl::memory src_mem = Mem(src_md_, env_, src);
   dnnl::memory dst_mem = Mem(dst_md_, env_, dst);
   prim_.execute(env_->stream, src_mem, dst_mem);

@@ -21,6 +21,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -30,6 +31,8 @@
 #include "oneapi/dnnl/dnnl.hpp"
 
 namespace gasloc::kernels {
+
+class WidenedOperand;  // bf16_widening.h
 
 using dt = dnnl::memory::data_type;
 using Dims = dnnl::memory::dims;
@@ -137,10 +140,10 @@ class Matmul {
                const dnnl::memory& b, const dnnl::memory& c,
                const std::unordered_map<int, dnnl::memory>& args,
                const dnnl::memory* pad) const;
-  // `caller` itself, or the dense f32 copy at `scratch + at` when widened.
-  dnnl::memory RunMemory(const dnnl::memory::desc& given, bool widen,
-                         size_t at, const dnnl::memory& caller,
-                         const dnnl::engine& engine, float* scratch) const;
+  // `caller` itself, or its f32 twin at `scratch + at` when widened.
+  static dnnl::memory RunMemory(const std::optional<WidenedOperand>& twin,
+                                size_t at, const dnnl::memory& caller,
+                                const dnnl::engine& engine, float* scratch);
 
   DnnlEnv* env_;
   Desc desc_;
@@ -257,7 +260,10 @@ class Gelu {
 // ref::GeluForward / GeluBackward (dy = 1).
 void GeluWithDerivative(const void* h, dt type, int64_t n, void* g, void* gd);
 
-// Element type conversion of n elements (a oneDNN reorder).
+// Element type conversion of n elements: a oneDNN reorder, or where oneDNN
+// has no bf16 jit reorder (Bf16Compute::kWidened) for f32 <-> bf16 the
+// loops of bf16_widening.h (its generic reorder took 8 ms for 131,072
+// values). Reference: FloatToBf16 / Bf16ToFloat.
 class Convert {
  public:
   Convert(DnnlEnv* env, int64_t n, dt from, dt to);
@@ -265,8 +271,11 @@ class Convert {
 
  private:
   DnnlEnv* env_;
+  int64_t n_;
+  dt from_, to_;
+  bool own_loop_;
   dnnl::memory::desc src_md_, dst_md_;
-  dnnl::reorder prim_;
+  dnnl::reorder prim_;  // when !own_loop_
 };
 
 // Fused softmax + cross-entropy over rows of logits (M, V) f32: returns the
