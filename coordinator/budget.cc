@@ -213,8 +213,10 @@ BudgetPlan PlanBudgets(const std::vector<WorkerRates>& workers,
       b.guard = Budget::Guard::kNoiseBand;
       continue;
     }
+    // The previous H_i is kept only within this round's bounds: a stretched
+    // round's H_i above H is not carried into a round that is not.
     const uint32_t prev = r.previous_steps;
-    if (prev >= floor && prev <= ceiling && prev != b.local_steps &&
+    if (prev >= floor && prev <= top && prev != b.local_steps &&
         std::abs(static_cast<double>(b.local_steps) - prev) < dead_band) {
       b.local_steps = prev;
       b.guard = Budget::Guard::kDeadBand;

@@ -256,6 +256,22 @@ TEST(BudgetTest, SmallChangesAreWithinTheDeadBand) {
   EXPECT_THAT(plan.budgets[1].Reason(), HasSubstr("(was 60)"));
 }
 
+// The dead band never keeps a budget above H in a round that is not
+// stretched: a previous 103 (a stretched round's) is not kept when the
+// formula says H = 100 again (it was, because the band was checked
+// against the 4 H ceiling instead of the round's top).
+TEST(BudgetTest, TheDeadBandKeepsNoBudgetAboveHOutsideAStretchedRound) {
+  BudgetOptions o = Adaptive();
+  o.max_steps = 4 * o.nominal_steps;
+  const WorkerRound previous{.exchange = {}, .previous_steps = 103};
+  BudgetPlan plan = PlanBudgets({{10, 0}, {10, 0}}, {previous, previous}, o);
+  ASSERT_FALSE(plan.target_from_floor);
+  for (const Budget& b : plan.budgets) {
+    EXPECT_EQ(b.local_steps, 100u) << b.Reason();
+    EXPECT_NE(b.guard, Budget::Guard::kDeadBand);
+  }
+}
+
 TEST(BudgetTest, EncodingRoundTripsAndReadsTheFirstFormat) {
   Budget b;
   b.local_steps = 40;
