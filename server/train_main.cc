@@ -7,9 +7,14 @@
 //   gasloc-train train --data=CORPUS --steps=N [--preset=S] [--checkpoint=F]
 //   gasloc-train train --resume=F --steps=N ...
 //   gasloc-train generate --checkpoint=F --prompt="ROMEO:"
+//   gasloc-train export --checkpoint=F --out=DIR [--dtype=fp32|bf16]
+//   gasloc-train logits --checkpoint=F --prompt=TEXT   (JSON, for tests)
 #include <cstdio>
+#include <algorithm>
 #include <cstdlib>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -21,6 +26,7 @@
 #include "common/omp_wait_policy.h"
 #include "common/status_macros.h"
 #include "worker/model/kernels.h"
+#include "worker/train/export.h"
 #include "worker/train/train_loop.h"
 #include "worker/train/trainer.h"
 
@@ -61,12 +67,16 @@ ABSL_FLAG(std::string, prompt, "\n", "generate: the prompt.");
 ABSL_FLAG(int, length, 300, "generate: bytes to generate.");
 ABSL_FLAG(double, temperature, 0.8, "generate: sampling temperature (0 = greedy).");
 ABSL_FLAG(int, top_k, 40, "generate: sample among the k most likely bytes (0 = all).");
+ABSL_FLAG(std::string, out, "", "export: the directory to write.");
+ABSL_FLAG(std::string, dtype, "fp32",
+          "export: fp32 or bf16, the dtype of model.safetensors.");
 
 namespace gasloc {
 namespace {
 
 struct TrainMainOptions {
   std::string data, preset, precision, checkpoint, resume, prompt, mode;
+  std::string out, dtype;
   int stages = 2;
   bool async = false;
   int layers = 0, d_model = 0, heads = 0, context = 0, batch = 0, threads = 2;
@@ -106,6 +116,8 @@ TrainMainOptions OptionsFromFlags() {
   o.mode = absl::GetFlag(FLAGS_mode);
   o.stages = absl::GetFlag(FLAGS_stages);
   o.async = absl::GetFlag(FLAGS_async);
+  o.out = absl::GetFlag(FLAGS_out);
+  o.dtype = absl::GetFlag(FLAGS_dtype);
   return o;
 }
 
@@ -239,18 +251,32 @@ absl::Status Train(const TrainMainOptions& o) {
   return RunTrainLoop(loop, *trainer, PrintProgress);
 }
 
-absl::Status Generate(const TrainMainOptions& o) {
+// The model of --checkpoint (batch 1, --precision, --threads) and its state.
+struct CheckpointModel {
+  std::unique_ptr<Model> model;
+  std::unique_ptr<CheckpointState> state;
+};
+absl::StatusOr<CheckpointModel> LoadCheckpointModel(const TrainMainOptions& o,
+                                                    absl::string_view command) {
   if (o.checkpoint.empty()) {
-    return absl::InvalidArgumentError("generate needs --checkpoint=FILE");
+    return absl::InvalidArgumentError(
+        absl::StrCat(command, " needs --checkpoint=FILE"));
   }
   ASSIGN_OR_RETURN(ModelConfig config, ReadCheckpointConfig(o.checkpoint));
   ModelOptions model_options;
   model_options.threads = o.threads;
-  ASSIGN_OR_RETURN(v1::Precision precision, ParsePrecision(o.precision));
-  model_options.precision = precision;
+  ASSIGN_OR_RETURN(model_options.precision, ParsePrecision(o.precision));
   model_options.max_batch = 1;
-  ASSIGN_OR_RETURN(auto model, Model::Create(config, model_options));
-  ASSIGN_OR_RETURN(auto state, ReadCheckpoint(o.checkpoint, model->layout()));
+  CheckpointModel out;
+  ASSIGN_OR_RETURN(out.model, Model::Create(config, model_options));
+  ASSIGN_OR_RETURN(out.state,
+                   ReadCheckpoint(o.checkpoint, out.model->layout()));
+  return out;
+}
+
+absl::Status Generate(const TrainMainOptions& o) {
+  ASSIGN_OR_RETURN(CheckpointModel loaded, LoadCheckpointModel(o, "generate"));
+  auto& [model, state] = loaded;
   GenerateOptions options;
   options.max_new_bytes = o.length;
   options.temperature = static_cast<float>(o.temperature);
@@ -259,6 +285,59 @@ absl::Status Generate(const TrainMainOptions& o) {
   ASSIGN_OR_RETURN(std::string text,
                    GenerateText(model.get(), state->params, o.prompt, options));
   std::printf("%s%s\n", o.prompt.c_str(), text.c_str());
+  return absl::OkStatus();
+}
+
+// Writes the checkpoint's model as DIR/model.safetensors + config.json
+// (worker/train/export.h; docs/operations.md).
+absl::Status Export(const TrainMainOptions& o) {
+  if (o.checkpoint.empty() || o.out.empty()) {
+    return absl::InvalidArgumentError(
+        "export needs --checkpoint=FILE and --out=DIR");
+  }
+  ExportOptions options;
+  if (o.dtype == "bf16") {
+    options.dtype = ExportDtype::kBF16;
+  } else if (o.dtype != "fp32") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--dtype must be fp32 or bf16, got \"", o.dtype, "\""));
+  }
+  options.values["source"] = o.checkpoint;
+  RETURN_IF_ERROR(ExportCheckpoint(o.checkpoint, o.out, options));
+  std::printf("exported %s -> %s/%s, %s/%s (%s)\n", o.checkpoint.c_str(),
+              o.out.c_str(), kExportWeightsFile, o.out.c_str(),
+              kExportConfigFile, o.dtype.c_str());
+  return absl::OkStatus();
+}
+
+// Prints the next-byte logits after every prefix of --prompt (1 .. its
+// length bytes, at most the context) as one JSON object, for comparing the
+// model with other implementations (tests/deploy/model_export_test.py):
+//   {"prompt": [bytes], "logits": [[256 floats] per prefix]}
+absl::Status Logits(const TrainMainOptions& o) {
+  ASSIGN_OR_RETURN(CheckpointModel loaded, LoadCheckpointModel(o, "logits"));
+  auto& [model, state] = loaded;
+  const ModelConfig& config = model->config();
+  const auto* prompt = reinterpret_cast<const uint8_t*>(o.prompt.data());
+  const int length =
+      std::min(static_cast<int>(o.prompt.size()), config.context);
+  if (length < 1) {
+    return absl::InvalidArgumentError("logits needs a non-empty --prompt");
+  }
+  std::string json = "{\"prompt\": [";
+  for (int i = 0; i < length; ++i) absl::StrAppend(&json, i ? ", " : "", prompt[i]);
+  json += "], \"logits\": [";
+  std::vector<float> logits(kVocabSize);
+  for (int n = 1; n <= length; ++n) {
+    RETURN_IF_ERROR(
+        model->NextByteLogits(state->params, prompt, n, logits.data()));
+    json += n > 1 ? ",\n[" : "\n[";
+    for (int v = 0; v < kVocabSize; ++v)
+      absl::StrAppendFormat(&json, "%s%.9g", v ? ", " : "", logits[v]);
+    json += "]";
+  }
+  json += "]}\n";
+  std::fputs(json.c_str(), stdout);
   return absl::OkStatus();
 }
 
@@ -278,16 +357,26 @@ int main(int argc, char** argv) {
       "  gasloc-train train [--data=CORPUS] [--preset=S] [--steps=N] "
       "[--checkpoint=FILE [--checkpoint_every=K]] [--resume=FILE]\n"
       "  gasloc-train generate --checkpoint=FILE [--prompt=TEXT] "
-      "[--length=N] [--temperature=T] [--top_k=K]");
-  if (args.size() != 2 || (args[1] != "train" && args[1] != "generate")) {
+      "[--length=N] [--temperature=T] [--top_k=K]\n"
+      "  gasloc-train export --checkpoint=FILE --out=DIR [--dtype=fp32|bf16]");
+  using Command = absl::Status (*)(const gasloc::TrainMainOptions&);
+  const std::pair<const char*, Command> commands[] = {
+      {"train", gasloc::Train},
+      {"generate", gasloc::Generate},
+      {"export", gasloc::Export},
+      {"logits", gasloc::Logits}};  // undocumented: JSON for tests
+  Command command = nullptr;
+  for (const auto& [name, run] : commands) {
+    if (args.size() == 2 && args[1] == name) command = run;
+  }
+  if (command == nullptr) {
     std::fprintf(stderr,
-                 "gasloc-train: expected one command, train or generate "
-                 "(see --help)\n");
+                 "gasloc-train: expected one command, train, generate or "
+                 "export (see --help)\n");
     return 2;
   }
   const gasloc::TrainMainOptions options = gasloc::OptionsFromFlags();
-  const absl::Status status = args[1] == "train" ? gasloc::Train(options)
-                                                 : gasloc::Generate(options);
+  const absl::Status status = command(options);
   if (!status.ok()) {
     std::fprintf(stderr, "gasloc-train %s: %s\n", args[1].c_str(),
                  status.ToString().c_str());
