@@ -194,6 +194,7 @@ absl::Status ValidateJobSpec(const v1::JobSpec& raw) {
         absl::StrCat("model.heads must divide model.d_model, got d_model ",
                      m.d_model(), " and heads ", m.heads()));
   GASLOC_CHECK_RANGE("model.context", m.context(), 2, kMaxContext);
+  RETURN_IF_ERROR(CheckPath("model.init_from", m.init_from()));
 
   const auto& t = spec.training();
   GASLOC_CHECK_RANGE("training.batch", t.batch(), 1, kMaxBatch);

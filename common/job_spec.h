@@ -25,7 +25,7 @@ inline constexpr uint32_t kMaxDModel = 4096;
 inline constexpr uint32_t kMaxContext = 8192;
 inline constexpr uint32_t kMaxBatch = 1024;
 inline constexpr uint32_t kMaxThreads = 256;
-// data.corpus_path and checkpoint.directory (PATH_MAX).
+// data.corpus_path, checkpoint.directory and model.init_from (PATH_MAX).
 inline constexpr size_t kMaxPathBytes = 4096;
 // max_consecutive_round_failures when unset (also for a job stored before
 // the field existed).

@@ -203,6 +203,10 @@ TEST(JobSpec, PathsThatAreNotUtf8AreRefusedNamingTheField) {
   EXPECT_THAT(std::string(status.message()),
               ::testing::StartsWith("checkpoint.directory must be UTF-8"));
   spec.mutable_checkpoint()->set_directory("/var/lib/gasloc/\xc3\xa9t\xc3\xa9");
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);  spec.mutable_model()->set_init_from("/models/s\xff");
+  EXPECT_THAT(std::string(ValidateJobSpec(spec).message()),
+              ::testing::StartsWith("model.init_from must be UTF-8"));
+  spec.mutable_model()->set_init_from("/models/s");
   EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
 }
 

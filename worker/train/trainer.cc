@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/job_spec.h"
 #include "common/status_macros.h"
+#include "worker/train/export.h"
 #include "worker/train/local_rgc_model.h"
 
 namespace gasloc {
@@ -51,8 +52,15 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
   }
   auto trainer = CreateWithModel(options, std::move(model));
   if (!trainer.ok()) return trainer.status();
-  InitParameters((*trainer)->config(), spec.training().seed(),
-                 &(*trainer)->params_);
+  if (spec.model().init_from().empty()) {
+    InitParameters((*trainer)->config(), spec.training().seed(),
+                   &(*trainer)->params_);
+  } else {
+    RETURN_IF_ERROR(Annotate(ImportModel(spec.model().init_from(),
+                                         (*trainer)->config(),
+                                         &(*trainer)->params_),
+                             "model.init_from"));
+  }
   return trainer;
 }
 

@@ -42,7 +42,9 @@ namespace gasloc {
 
 struct TrainerOptions {
   // The job (defaults are applied again here; ValidateJobSpec must pass).
-  // Used: model, training (batch, threads, precision, adamw, seed),
+  // Used: model (with init_from: the parameters come from that exported
+  // directory, export.h, instead of InitParameters(seed)), training (batch,
+  // threads, precision, adamw, seed),
   // data (corpus_path, train_fraction, eval_windows), and the schedule
   // horizon (below).
   v1::JobSpec spec;
