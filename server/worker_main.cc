@@ -52,7 +52,8 @@ ABSL_FLAG(std::string, data_dir, "",
           "worker id and relative directories are under the working "
           "directory.");
 ABSL_FLAG(std::string, corpus_root, "",
-          "Directory every job's data.corpus_path must resolve inside "
+          "Directory every job's data.corpus_path and model.init_from "
+          "must resolve inside "
           "(symbolic links and '..' followed first); a job naming a file "
           "elsewhere fails to set up with the reason. Empty = any readable "
           "file (a warning at start): set it wherever job specs come from "

@@ -1,4 +1,4 @@
-// Confines the paths a job spec names (data.corpus_path,
+// Confines the paths a job spec names (data.corpus_path, model.init_from,
 // checkpoint.directory) to the directories the worker was configured with
 // (--corpus_root, --checkpoint_root / --data_dir): a spec is remote
 // control, and without this a job could read /etc/shadow as its corpus or

@@ -268,6 +268,13 @@ absl::StatusOr<WorkerDaemon::Job*> WorkerDaemon::PrepareJob(
                                job->spec.data().corpus_path(),
                                options_.corpus_root));
   job->spec.mutable_data()->set_corpus_path(corpus);
+  if (!job->spec.model().init_from().empty()) {
+    ASSIGN_OR_RETURN(const std::string model_dir,
+                     ConfinePath("model.init_from",
+                                 job->spec.model().init_from(),
+                                 options_.corpus_root));
+    job->spec.mutable_model()->set_init_from(model_dir);
+  }
   if (std::filesystem::path dir = job->spec.checkpoint().directory();
       !dir.empty()) {
     if (dir.is_relative()) dir = std::filesystem::path(options_.data_dir) / dir;

@@ -62,7 +62,8 @@ struct WorkerDaemonOptions {
   // checkpoint.directory resolves under it.
   std::string data_dir = ".";
   // Where a job's files may be (worker/daemon/path_confinement.h): its
-  // data.corpus_path must resolve inside corpus_root (--corpus_root), its
+  // data.corpus_path and model.init_from must resolve inside corpus_root
+  // (--corpus_root), its
   // checkpoint.directory (a relative one under data_dir) inside
   // checkpoint_root (--checkpoint_root, else --data_dir). Empty = anywhere.
   std::string corpus_root;

@@ -538,6 +538,15 @@ TEST_F(WorkerDaemonTest, JobLargerThanThisWorkerIsRefusedBeforeAllocating) {
   EXPECT_THAT(daemon_->last_error().message(),
               HasSubstr("data.corpus_path /etc/shadow"));
   EXPECT_THAT(daemon_->last_error().message(), HasSubstr("outside"));
+  EXPECT_TRUE(shards_.empty());  // So is a model.init_from outside it (a job could otherwise probe any
+  // file's first bytes through the import's errors).
+  v1::JobSpec imported = Spec(corpus_.string());
+  imported.mutable_model()->set_init_from("/etc");
+  coordinator_.Hand(Round(15, 0, imported));
+  daemon_->PollOnce();
+  EXPECT_EQ(daemon_->last_error().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(daemon_->last_error().message(),
+              HasSubstr("model.init_from /etc"));
   EXPECT_TRUE(shards_.empty());
 }
 
