@@ -7,7 +7,7 @@
 //   gasloc-train train --data=CORPUS --steps=N [--preset=S] [--checkpoint=F]
 //   gasloc-train train --resume=F --steps=N ...
 //   gasloc-train generate --checkpoint=F --prompt="ROMEO:"
-//   gasloc-train export --checkpoint=F --out=DIR [--dtype=fp32|bf16]
+//   gasloc-train export --checkpoint=F[,F...] --out=DIR [--dtype=fp32|bf16]
 //   gasloc-train logits --checkpoint=F --prompt=TEXT   (JSON, for tests)
 #include <cstdio>
 #include <algorithm>
@@ -21,6 +21,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "common/flags_setup.h"
 #include "common/job_spec.h"
 #include "common/omp_wait_policy.h"
@@ -289,7 +290,8 @@ absl::Status Generate(const TrainMainOptions& o) {
 }
 
 // Writes the checkpoint's model as DIR/model.safetensors + config.json
-// (worker/train/export.h; docs/operations.md).
+// (worker/train/export.h; docs/operations.md); with --checkpoint=A,B,...
+// the mean of their models (a GASLoC job's members).
 absl::Status Export(const TrainMainOptions& o) {
   if (o.checkpoint.empty() || o.out.empty()) {
     return absl::InvalidArgumentError(
@@ -303,7 +305,8 @@ absl::Status Export(const TrainMainOptions& o) {
         absl::StrCat("--dtype must be fp32 or bf16, got \"", o.dtype, "\""));
   }
   options.values["source"] = o.checkpoint;
-  RETURN_IF_ERROR(ExportCheckpoint(o.checkpoint, o.out, options));
+  RETURN_IF_ERROR(ExportCheckpoints(absl::StrSplit(o.checkpoint, ','), o.out,
+                                    options));
   std::printf("exported %s -> %s/%s, %s/%s (%s)\n", o.checkpoint.c_str(),
               o.out.c_str(), kExportWeightsFile, o.out.c_str(),
               kExportConfigFile, o.dtype.c_str());
@@ -358,7 +361,8 @@ int main(int argc, char** argv) {
       "[--checkpoint=FILE [--checkpoint_every=K]] [--resume=FILE]\n"
       "  gasloc-train generate --checkpoint=FILE [--prompt=TEXT] "
       "[--length=N] [--temperature=T] [--top_k=K]\n"
-      "  gasloc-train export --checkpoint=FILE --out=DIR [--dtype=fp32|bf16]");
+      "  gasloc-train export --checkpoint=FILE[,FILE...] --out=DIR "
+      "[--dtype=fp32|bf16]");
   using Command = absl::Status (*)(const gasloc::TrainMainOptions&);
   const std::pair<const char*, Command> commands[] = {
       {"train", gasloc::Train},

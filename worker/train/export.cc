@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -231,15 +232,27 @@ absl::Status ExportModel(const std::string& dir, const ModelConfig& config,
       ExportConfigJson(config, options));
 }
 
-absl::Status ExportCheckpoint(const std::string& checkpoint,
-                              const std::string& dir, ExportOptions options) {
-  ASSIGN_OR_RETURN(ModelConfig config, ReadCheckpointConfig(checkpoint));
-  ASSIGN_OR_RETURN(auto state,
-                   ReadCheckpoint(checkpoint, MakeModelLayout(config)));
-  options.metrics.emplace("step", static_cast<double>(state->step));
-  for (const auto& [key, value] : state->extras.values)
-    options.values.emplace(key, value);
-  return ExportModel(dir, config, state->params, options);
+absl::Status ExportCheckpoints(const std::vector<std::string>& checkpoints,
+                               const std::string& dir, ExportOptions options) {
+  if (checkpoints.empty())
+    return absl::InvalidArgumentError("export: no checkpoint given");
+  ASSIGN_OR_RETURN(ModelConfig config, ReadCheckpointConfig(checkpoints[0]));
+  const auto layout = MakeModelLayout(config);
+  FloatArena sum(layout);
+  uint64_t step = 0;
+  for (const std::string& path : checkpoints) {
+    ASSIGN_OR_RETURN(auto state, ReadCheckpoint(path, layout));
+    step = std::max(step, state->step);
+    for (size_t i = 0; i < sum.size(); ++i) sum.data()[i] += state->params.data()[i];
+    for (const auto& [key, value] : state->extras.values)
+      options.values.emplace(key, value);
+  }
+  const float scale = 1.0f / static_cast<float>(checkpoints.size());
+  for (size_t i = 0; i < sum.size(); ++i) sum.data()[i] *= scale;
+  options.metrics.emplace("step", static_cast<double>(step));
+  if (checkpoints.size() > 1)
+    options.metrics.emplace("members", static_cast<double>(checkpoints.size()));
+  return ExportModel(dir, config, sum, options);
 }
 
 absl::Status ImportModelFromBytes(absl::string_view bytes,

@@ -84,9 +84,14 @@ absl::Status ExportModel(const std::string& dir, const ModelConfig& config,
 
 // Exports the parameters of a checkpoint (docs/training.md's format):
 // its step and the caller values it holds (gasloc-train's corpus path, a
-// worker's job id) go in as metrics and values, beside `options`'.
-absl::Status ExportCheckpoint(const std::string& checkpoint,
-                              const std::string& dir, ExportOptions options);
+// worker's job id) go in as metrics and values, beside `options`'. With
+// several checkpoints (the members of a job whose algorithm leaves their
+// models different, GASLoC), exports the mean of their parameters (the
+// same model config required, FAILED_PRECONDITION naming the first that
+// differs); step is the largest, the values are the first checkpoint's,
+// and "members" counts them.
+absl::Status ExportCheckpoints(const std::vector<std::string>& checkpoints,
+                               const std::string& dir, ExportOptions options);
 
 // Reads the weights of a safetensors file's bytes into `params` (the
 // layout of `config`); `source` names the file in messages.

@@ -125,7 +125,7 @@ TEST(ExportTest, ACheckpointExportsAndImportsIntoAnEqualModel) {
   const std::string checkpoint = testing::TempPath("export_test.ckpt");
   const std::string dir = testing::TempPath("export_test.dir");
   ASSERT_TRUE(trainer->SaveCheckpoint(checkpoint).ok());
-  ASSERT_TRUE(ExportCheckpoint(checkpoint, dir, {}).ok());
+  ASSERT_TRUE(ExportCheckpoints({checkpoint}, dir, {}).ok());
   std::ifstream config_file(std::filesystem::path(dir) / kExportConfigFile);
   std::stringstream config;
   config << config_file.rdbuf();
@@ -140,6 +140,41 @@ TEST(ExportTest, ACheckpointExportsAndImportsIntoAnEqualModel) {
   std::filesystem::remove_all(dir);
   EXPECT_EQ(ImportModel(dir, trainer->config(), &back).code(),
             absl::StatusCode::kNotFound);
+}
+
+// Several checkpoints (a GASLoC job's members) export as the mean of their
+// parameters; a checkpoint of another model config is refused.
+TEST(ExportTest, SeveralCheckpointsExportTheirMean) {
+  auto a = testing::MakeTrainerOf(testing::TinySpec());
+  v1::JobSpec other_seed = testing::TinySpec();
+  other_seed.mutable_training()->set_seed(8);
+  auto b = testing::MakeTrainerOf(other_seed);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  ASSERT_TRUE(b->Step().ok());
+  const std::string pa = testing::TempPath("export_mean_a.ckpt");
+  const std::string pb = testing::TempPath("export_mean_b.ckpt");
+  const std::string dir = testing::TempPath("export_mean.dir");
+  ASSERT_TRUE(a->SaveCheckpoint(pa).ok());
+  ASSERT_TRUE(b->SaveCheckpoint(pb).ok());
+  ASSERT_TRUE(ExportCheckpoints({pa, pb}, dir, {}).ok());
+  FloatArena mean(a->params().shared_layout());
+  ASSERT_TRUE(ImportModel(dir, a->config(), &mean).ok());
+  for (size_t i = 0; i < mean.size(); ++i) {
+    ASSERT_EQ(mean.data()[i],
+              (a->params().data()[i] + b->params().data()[i]) * 0.5f)
+        << i;
+  }
+  v1::JobSpec wider = testing::TinySpec();
+  wider.mutable_model()->set_d_model(64);
+  auto c = testing::MakeTrainerOf(wider);
+  ASSERT_NE(c, nullptr);
+  const std::string pc = testing::TempPath("export_mean_c.ckpt");
+  ASSERT_TRUE(c->SaveCheckpoint(pc).ok());
+  EXPECT_EQ(ExportCheckpoints({pa, pc}, dir, {}).code(),
+            absl::StatusCode::kFailedPrecondition);
+  for (const std::string& p : {pa, pb, pc}) std::remove(p.c_str());
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
