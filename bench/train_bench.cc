@@ -3,7 +3,9 @@
 // shape, optionally against PyTorch on the same config and threads
 // (--compare-torch runs bench/torch_train_bench.py) and against the oneDNN
 // matmul peak of this machine (--matmul-peak), and against the time floor
-// of the step's linear matmuls run alone (--linear-floor, linear_floor.h).
+// of the step's linear matmuls run alone (--linear-floor, on by default,
+// linear_floor.h). Every figure carries the precision actually computed
+// (fp32, bf16 native, bf16 emulated) and, with the floor, its ratio to it.
 // Prints per-step progress and ends with ONE JSON line (docs/benchmarks.md).
 #include <omp.h>
 #include <sys/resource.h>
@@ -38,7 +40,8 @@ constexpr char kUsage[] =
     "gasloc-bench train [--preset=S|M|D24] [--layers=N] [--d-model=N] "
     "[--heads=N] [--ctx=N] [--batch=N] [--threads=2] [--dtype=fp32|bf16] "
     "[--steps=10] [--warmup=2] [--data=FILE] [--compare-torch] "
-    "[--matmul-peak] [--linear-floor] [--rounds=1]\n";
+    "[--matmul-peak] [--linear-floor (default; --nolinear-floor skips)] "
+    "[--rounds=1]\n";
 
 struct BenchOptions {
   std::string preset = "S";
@@ -50,7 +53,9 @@ struct BenchOptions {
   std::string data;
   bool compare_torch = false;
   bool matmul_peak = false;
-  bool linear_floor = false;
+  // On by default: every figure is printed beside the floor of the
+  // precision computed (--nolinear-floor skips it).
+  bool linear_floor = true;
   int rounds = 1;  // --compare-torch: alternating runs, median ratio
 };
 
@@ -190,8 +195,9 @@ struct OursResult {
   double peak_rss_bytes = 0, gflops = 0, fwd_bwd_gflops = 0;
 };
 
+// `floor_ms` > 0: each step line also shows its ratio to the floor.
 absl::StatusOr<OursResult> RunOurs(const BenchOptions& o,
-                                   const v1::JobSpec& spec) {
+                                   const v1::JobSpec& spec, double floor_ms) {
   TrainerOptions options;
   options.spec = spec;
   options.threads = o.threads;
@@ -210,11 +216,15 @@ absl::StatusOr<OursResult> RunOurs(const BenchOptions& o,
     const auto t2 = std::chrono::steady_clock::now();
     if (!applied.ok()) return applied.status();
     const double s = Seconds(t0, t2);
+    const std::string floor_note =
+        floor_ms > 0 ? absl::StrFormat(", %.2fx its linear floor %.1f ms",
+                                       s * 1e3 / floor_ms, floor_ms)
+                     : "";
     std::printf("step %d/%d loss %.4f ms %.1f (fwd+bwd %.1f, optimizer %.1f) "
-                "tok/s %.0f [%s]\n",
+                "tok/s %.0f [%s%s]\n",
                 i + 1, o.steps, *loss, s * 1e3, Seconds(t0, t1) * 1e3,
                 Seconds(t1, t2) * 1e3, t.tokens_per_step() / s,
-                computed.c_str());
+                computed.c_str(), floor_note.c_str());
     std::fflush(stdout);
     if (i >= o.warmup || o.steps <= o.warmup) {
       step_s.push_back(s);
@@ -378,7 +388,7 @@ int RunTrainBenchUnguarded(int argc, char** argv) {
   std::vector<double> ratios;
   for (int round = 1; round <= o.rounds; ++round) {
     if (o.rounds > 1) std::printf("round %d/%d\n", round, o.rounds);
-    absl::StatusOr<OursResult> run = RunOurs(o, spec);
+    absl::StatusOr<OursResult> run = RunOurs(o, spec, floor_ms);
     if (!run.ok()) {
       // Reported, not aborted: the reason goes in the JSON line.
       const std::string why = run.status().ToString();
@@ -413,6 +423,10 @@ int RunTrainBenchUnguarded(int argc, char** argv) {
   add("peak_rss_bytes", absl::StrFormat("%.0f", ours.peak_rss_bytes));
   add("achieved_gflops", absl::StrFormat("%.1f", ours.gflops));
   add("fwd_bwd_gflops", absl::StrFormat("%.1f", ours.fwd_bwd_gflops));
+  if (floor_ms > 0) {
+    add("step_over_linear_floor",
+        absl::StrFormat("%.3f", ours.ms_per_step / floor_ms));
+  }
   if (peak > 0) {
     add("fraction_of_matmul_peak",
         absl::StrFormat("%.3f", ours.gflops / peak));

@@ -64,6 +64,9 @@ TEST(TrainBenchTest, Bf16ReportsTheComputedPrecisionOnEveryCpu) {
   EXPECT_NE(run.output.find(tag), std::string::npos) << run.output;
   EXPECT_GT(JsonNumber(last, "tokens_per_s"), 0) << last;
   EXPECT_GT(JsonNumber(last, "linear_floor_ms"), 0) << last;
+  EXPECT_GT(JsonNumber(last, "step_over_linear_floor"), 0) << last;
+  EXPECT_NE(run.output.find("x its linear floor"), std::string::npos)
+      << run.output;
   EXPECT_GT(JsonNumber(last, "matmul_peak_fp32_gflops"), 0) << last;
   if (native) {
     EXPECT_GT(JsonNumber(last, "matmul_peak_bf16_gflops"), 0) << last;
