@@ -1,16 +1,18 @@
-// Runs one job's outer rounds on one worker: H_i inner steps, the exchange
-// with the round's peers, and the outer update of the job's algorithm
-// (GASLoC, D-PSGD, DiLoCo, local SGD, data-parallel: one code path).
-// Knows nothing about gRPC or the coordinator: it takes an Assignment and
-// returns the ReportRoundRequest to send back.
+// Runs one job's outer rounds on one worker: the round's life cycle (inner
+// steps, cancellation, rollback to the round's start, re-synchronisation,
+// evaluation, the report), around the job's outer algorithm (its exchange
+// and outer update: outer_algorithm.h, one file per algorithm, chosen once
+// through OuterAlgorithmRegistry). Knows nothing about gRPC or the
+// coordinator: it takes an Assignment and returns the ReportRoundRequest
+// to send back.
 //
 // Safety rules: received state lands in scratch buffers and is used only
 // when its transfer committed; a peer that fails is dropped from the
 // round's update and listed in the report; local state that turns
 // non-finite is an error and the live parameters AND the outer state
 // (y_prev, momentum) are left as at the round's start, never published:
-// the outer update writes its new outer state aside and CommitOuterState
-// adopts it only after the finiteness check.
+// the outer update writes its new outer state aside and
+// OuterAlgorithm::Apply adopts it only after the finiteness check.
 //
 // Decisions made here and nowhere else: whether a round is evaluated and
 // whether it is followed by a checkpoint (RoundDutiesAfter).
@@ -21,9 +23,9 @@
 //
 // Thread safety: one thread calls RunRound; `cancel` (Cancelled()) may be
 // set from any thread to abandon the round between inner steps. With
-// outer.overlap_exchange, RunRound runs the gossip exchange on a second
-// thread of its own (joined before it returns) that touches only the
-// exchange's buffers and the transport, never the trainer.
+// outer.overlap_exchange, the exchange runs on a thread the algorithm owns
+// (OverlappedExchange, finished before RunRound returns) that touches only
+// the exchange's buffers and the transport, never the trainer.
 #ifndef GASLOC_WORKER_ROUND_ROUND_RUNNER_H_
 #define GASLOC_WORKER_ROUND_ROUND_RUNNER_H_
 
@@ -45,26 +47,12 @@
 #include "worker/exchange/model_fetch.h"
 #include "worker/exchange/peer_transport.h"
 #include "worker/round/inner_trainer.h"
-#include "worker/round/poison_guard.h"
-#include "worker/round/ring_all_reduce.h"
+#include "worker/round/outer_algorithm.h"
+#include "worker/round/outer_algorithm_registry.h"
+#include "worker/round/overlapped_exchange.h"  // kOverlapStepFactor
+#include "worker/round/ring_algorithm.h"       // ReplicaChecksum
 
 namespace gasloc {
-
-// What a heartbeat reports while a round runs.
-struct RoundProgress {
-  uint64_t round = 0;
-  uint32_t inner_step = 0;
-  float train_loss = 0;
-  double steps_per_second = 0;
-  double tokens_per_second = 0;
-  v1::WorkerActivity activity = v1::WORKER_ACTIVITY_TRAINING;
-  // Set on the TRAINING progress after each inner step (for metrics): that
-  // step's wall time and tokens, and the mean loss of the round's steps so
-  // far. step_tokens == 0 on every other progress.
-  double step_seconds = 0;
-  uint64_t step_tokens = 0;
-  double round_mean_loss = 0;
-};
 
 // What a finished round of a job is due for, and why.
 struct RoundDuties {
@@ -82,18 +70,13 @@ RoundDuties RoundDutiesAfter(const v1::JobSpec& spec, uint64_t round);
 
 // This worker's id is the transport's (PeerTransport::self_id(), the id
 // the daemon registered with), read where it is needed, never copied here.
-// outer.overlap_exchange: a round's inner steps, those taken during the
-// exchange included, stop at this many times H. Twice the coordinator's
-// bound on a planned H_i (kStretchFactor, coordinator/budget.h): at 4 H the
-// one-slow-link sweep's fast workers reached the cap in a quarter of their
-// rounds (those with the slow link, whose copies take up to 5 rounds of
-// compute) and waited 8-15% of the time; at 8 H, 2% (docs/benchmarks.md).
-inline constexpr uint32_t kOverlapStepFactor = 8;
-
 struct RoundRunnerOptions {
   uint64_t job_id = 0;
   v1::JobSpec spec;  // defaults applied
   std::function<void(const RoundProgress&)> on_progress;  // may be empty
+  // Where the job's outer algorithm comes from; null: the default registry
+  // (every algorithm of this tree). Must outlive the constructor.
+  const OuterAlgorithmRegistry* algorithms = nullptr;
 };
 
 // Fetches a ring member's model (theta, outer state, optionally AdamW
@@ -102,16 +85,7 @@ struct RoundRunnerOptions {
 using ResyncFetcher = std::function<absl::StatusOr<FetchedModel>(
     const v1::PeerAssignment& member)>;
 
-// The replica checksum an all-reduce round reports (replica_checksum):
-// CRC32C over the parameters, then the outer momentum, then (when given:
-// data-parallel, whose AdamW state is replicated too) the inner moments.
-// Never 0 (0 = not computed in the report).
-uint32_t ReplicaChecksum(std::span<const float> params,
-                         std::span<const float> outer,
-                         const FloatArena* m = nullptr,
-                         const FloatArena* v = nullptr);
-
-class RoundRunner {
+class RoundRunner : private InnerStepLoop {
  public:
   // `trainer`, `transport` and `clock` must outlive the runner. The outer
   // state starts from the trainer's current parameters (theta_0).
@@ -120,7 +94,8 @@ class RoundRunner {
 
   // Runs `assignment` (kind ROUND, this job). Returns the report; an error
   // means the round could not run at all (bad assignment, non-finite local
-  // state, cancelled): the parameters are then those at the round's start.
+  // state, cancelled, no registered algorithm for the job): the parameters
+  // are then those at the round's start.
   absl::StatusOr<v1::ReportRoundRequest> RunRound(
       const v1::Assignment& assignment);
 
@@ -144,7 +119,9 @@ class RoundRunner {
   uint64_t resyncs() const { return resyncs_; }
   // Gossiped models refused by the poisoning guard (worker/round/
   // poison_guard.h), over this runner's life.
-  uint64_t models_refused() const { return models_refused_; }
+  uint64_t models_refused() const {
+    return algorithm_.ok() ? (*algorithm_)->ModelsRefused() : 0;
+  }
 
   // Abandon the current round at the next inner-step boundary.
   void Cancel() { cancelled_ = true; }
@@ -158,8 +135,8 @@ class RoundRunner {
 
   // Outer state, for checkpoints and for serving a joining worker:
   // GASLoC's y_{t-1} and DiLoCo's momentum v.
-  FloatArena& previous_iterate() { return y_prev_; }
-  FloatArena& momentum() { return momentum_; }
+  FloatArena& previous_iterate() { return buffers_.y_prev; }
+  FloatArena& momentum() { return buffers_.momentum; }
   // The outer buffer this job's algorithm carries between rounds (what a
   // joining worker needs): y_{t-1} for gossip (LOCAL, MIXED placements),
   // the momentum v for the all-reduce algorithms and the PSEUDO_GRADIENT
@@ -189,54 +166,25 @@ class RoundRunner {
                               std::optional<uint64_t> next_round = {});
 
  private:
-  // What a run of inner steps did.
-  struct InnerSteps {
-    uint32_t taken = 0;
-    uint64_t tokens = 0;
-    double loss_sum = 0;
-    double seconds = 0;
-  };
-  // The inner-step loop of every algorithm but data-parallel: steps while
-  // more(taken) holds, each at schedule position position(taken), with one
-  // Progress report a step numbered from first_step + 1. A cancelled
-  // round stops with CANCELLED; a failed step returns its error.
-  absl::StatusOr<InnerSteps> TakeInnerSteps(
-      uint64_t round, uint32_t first_step,
-      absl::FunctionRef<bool(uint32_t taken)> more,
-      absl::FunctionRef<uint64_t(uint32_t taken)> position);
-  // A round's H_i planned steps, recorded in `report`.
-  absl::Status RunInnerSteps(uint32_t steps, uint64_t round,
-                             v1::ReportRoundRequest* report);
+  // InnerStepLoop, for the algorithm of the round in flight (round_).
+  absl::StatusOr<Taken> Take(
+      uint32_t first_step, absl::FunctionRef<bool(uint32_t taken)> more,
+      absl::FunctionRef<uint64_t(uint32_t taken)> position) override;
+  absl::Status TakePlanned() override;
+  void Progress(const RoundProgress& progress) override;
+
+  // The algorithm's local phase and exchange; an error leaves the caller
+  // to restore the round's start.
+  absl::StatusOr<ExchangeResult> RunAlgorithm(OuterRound& round);
+  // After a successful exchange: the finiteness check, the outer state
+  // adopted, the re-sync a failed ring asks for, evaluation and the
+  // replica checksum.
+  absl::Status FinishRound(const v1::Assignment& assignment,
+                           const ExchangeResult& exchanged,
+                           v1::ReportRoundRequest* report);
   // Sets report->val_bpb when `assignment`'s round is due for evaluation.
   absl::Status EvaluateIfDue(const v1::Assignment& assignment,
                              v1::ReportRoundRequest* report);
-  absl::Status DataParallelStep(const v1::Assignment& assignment,
-                                v1::ReportRoundRequest* report);
-  // The gossip exchange and outer update of `params` (theta at H_i on
-  // entry, the round's result on exit). Touches no trainer state, so it
-  // can run beside inner steps (GossipExchangeOverlapped).
-  void GossipExchange(const v1::Assignment& assignment,
-                      v1::ReportRoundRequest* report, FloatArena& params);
-  // outer.overlap_exchange: GossipExchange on a copy of the model on a
-  // second thread while this one keeps taking inner steps (up to
-  // kOverlapStepFactor * H in the round), then theta' = mixed copy + the
-  // change those steps made. An error of such a step is returned (the
-  // caller restores the round's start).
-  absl::Status GossipExchangeOverlapped(const v1::Assignment& assignment,
-                                        v1::ReportRoundRequest* report);
-  // Phase 2 of a gossip exchange: with each peer, swap whether we
-  // committed each other's y. Returns per peer slot OK (use the edge) or
-  // why it is dropped; both ends of an edge reach the same decision
-  // unless a peer fails between the two phases.
-  std::vector<absl::Status> ConfirmGossipEdges(
-      const v1::Assignment& assignment,
-      const std::vector<absl::Status>& received,
-      const std::vector<absl::Status>& sent, v1::ReportRoundRequest* report);
-  void AllReduceExchange(const v1::Assignment& assignment,
-                         v1::ReportRoundRequest* report);
-  // A failed ring all-reduce: its peers and reason go into the report.
-  void RecordRingFailures(const RingAllReduceResult& result,
-                          v1::ReportRoundRequest* report);
   // After a failed all-reduce: fetch and install the model of a ring
   // member that completed `assignment`'s round. Returns true on success.
   bool ResyncAfterRingFailure(const v1::Assignment& assignment,
@@ -247,11 +195,6 @@ class RoundRunner {
   // from the majority); on failure logs it and keeps the own model.
   void ResyncFromSource(const v1::Assignment& assignment,
                         v1::ReportRoundRequest* report);
-  // Adopts the outer state the round's update wrote aside (pending_outer_);
-  // called only once the new parameters passed the finiteness check.
-  void CommitOuterState();
-  ExchangeOptions MakeExchangeOptions() const;
-  void Progress(const RoundProgress& progress) const;
 
   RoundRunnerOptions options_;
   InnerTrainer* trainer_;
@@ -260,30 +203,12 @@ class RoundRunner {
   std::atomic<bool> cancelled_{false};
   uint64_t next_round_ = 0;
   std::vector<absl::StatusCode> failure_codes_;
-
-  // Model-shaped buffers, allocated once per job.
-  FloatArena theta_start_;
-  FloatArena y_;
-  FloatArena y_prev_;
-  FloatArena momentum_;
-  FloatArena scratch_;
-  std::vector<FloatArena> received_;  // one per gossip peer slot
-  // outer.overlap_exchange only (allocated at its first round): the model
-  // copy the exchange mixes and theta at H_i.
-  std::optional<FloatArena> overlap_model_;
-  std::optional<FloatArena> overlap_base_;
-  // What CommitOuterState adopts: y_prev <- y_ (gossip) or momentum <-
-  // scratch_ (all-reduce, PSEUDO_GRADIENT gossip), or nothing.
-  enum class PendingOuter { kNone, kPrevIterateFromY, kMomentumFromScratch };
-  PendingOuter pending_outer_ = PendingOuter::kNone;
-  // Set by a failed ring all-reduce of the current round (its failed
-  // peers); the round then applies nothing and tries to re-synchronise.
-  bool ring_failed_ = false;
-  std::vector<uint64_t> ring_failed_peers_;
+  OuterBuffers buffers_;
+  // The job's algorithm (an error: none registered; RunRound returns it).
+  absl::StatusOr<std::unique_ptr<OuterAlgorithm>> algorithm_;
+  OuterRound* round_ = nullptr;  // the round in flight, for InnerStepLoop
   ResyncFetcher resync_fetcher_;
   uint64_t resyncs_ = 0;
-  PoisonGuard poison_guard_;
-  uint64_t models_refused_ = 0;
 };
 
 }  // namespace gasloc

@@ -1,0 +1,74 @@
+// outer.overlap_exchange, composed onto any algorithm whose exchange
+// touches no trainer state (OuterAlgorithm::RunsBesideInnerSteps; the
+// registry refuses the others): the exchange mixes a copy of theta at H_i
+// on a thread this object owns while the round keeps taking inner steps,
+// up to kOverlapStepFactor * H in the round, at the schedule position of
+// its last planned step; then theta' = mixed copy + the change those steps
+// made (algorithms.md section 5, "Computing through the exchange").
+//
+// Thread safety: as OuterAlgorithm. The wrapped exchange runs on
+// thread_ (one for the job's life, not one per round) and touches only the
+// copy, the OuterBuffers and the transport; the round's thread steps the
+// trainer meanwhile. Exchange returns only once the wrapped exchange has
+// finished, also when a step fails or throws.
+#ifndef GASLOC_WORKER_ROUND_OVERLAPPED_EXCHANGE_H_
+#define GASLOC_WORKER_ROUND_OVERLAPPED_EXCHANGE_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+
+#include "worker/round/background_thread.h"
+#include "worker/round/outer_algorithm.h"
+
+namespace gasloc {
+
+// A round's inner steps, those taken during the exchange included, stop at
+// this many times H. Twice the coordinator's bound on a planned H_i
+// (kStretchFactor, coordinator/budget.h): at 4 H the one-slow-link sweep's
+// fast workers reached the cap in a quarter of their rounds (those with
+// the slow link, whose copies take up to 5 rounds of compute) and waited
+// 8-15% of the time; at 8 H, 2% (docs/benchmarks.md).
+inline constexpr uint32_t kOverlapStepFactor = 8;
+
+class OverlappedExchange : public OuterAlgorithm {
+ public:
+  OverlappedExchange(const OuterContext& context,
+                     std::unique_ptr<OuterAlgorithm> exchange)
+      : context_(context), exchange_(std::move(exchange)) {}
+
+  absl::Status Prepare(OuterRound& round) override {
+    return exchange_->Prepare(round);
+  }
+  // An error of a step taken during the exchange is returned (the runner
+  // restores the round's start); a cancelled round returns CANCELLED.
+  absl::StatusOr<ExchangeResult> Exchange(OuterRound& round,
+                                          FloatArena& model) override;
+  void Apply() override { exchange_->Apply(); }
+  bool KeepsPreviousIterate() const override {
+    return exchange_->KeepsPreviousIterate();
+  }
+  std::optional<uint32_t> ReplicaChecksum() const override {
+    return exchange_->ReplicaChecksum();
+  }
+  uint64_t ModelsRefused() const override { return exchange_->ModelsRefused(); }
+  bool RunsBesideInnerSteps() const override { return true; }
+
+ private:
+  // The report of the steps taken during the exchange, merged with the
+  // exchange's.
+  void RecordSteps(OuterRound& round, const InnerStepLoop::Taken& during,
+                   uint64_t allowed, double waited) const;
+
+  OuterContext context_;
+  std::unique_ptr<OuterAlgorithm> exchange_;
+  // Allocated at the first round: the model copy the exchange mixes and
+  // theta at H_i.
+  std::optional<FloatArena> model_;
+  std::optional<FloatArena> base_;
+  BackgroundThread thread_;  // last: joined before the buffers go
+};
+
+}  // namespace gasloc
+
+#endif  // GASLOC_WORKER_ROUND_OVERLAPPED_EXCHANGE_H_

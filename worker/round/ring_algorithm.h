@@ -1,0 +1,67 @@
+// What the all-reduce algorithms share: the round's ring, one ring
+// all-reduce with its traffic and failure recorded (RingExchange), the
+// replica checksum, and the pseudo-gradient ring of DiLoCo (diloco.cc) and
+// local SGD (local_sgd.cc). Data-parallel (data_parallel.cc) averages
+// gradients over the same ring.
+//
+// A failed ring applies nothing (theta and the outer state stay at the
+// round's start) and asks the runner to re-synchronise the replica
+// (ExchangeResult::resync); applying our own update would part this
+// replica from the others for good.
+//
+// Thread safety: as OuterAlgorithm.
+#ifndef GASLOC_WORKER_ROUND_RING_ALGORITHM_H_
+#define GASLOC_WORKER_ROUND_RING_ALGORITHM_H_
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "common/arena.h"
+#include "worker/round/outer_algorithm.h"
+#include "worker/round/ring_all_reduce.h"
+
+namespace gasloc {
+
+// The replica checksum an all-reduce round reports (replica_checksum):
+// CRC32C over the parameters, then the outer momentum, then (when given:
+// data-parallel, whose AdamW state is replicated too) the inner moments.
+// Never 0 (0 = not computed in the report).
+uint32_t ReplicaChecksum(std::span<const float> params,
+                         std::span<const float> outer,
+                         const FloatArena* m = nullptr,
+                         const FloatArena* v = nullptr);
+
+// The round's ring in order; *rank = this worker's position, -1 if absent.
+std::vector<RingMember> RingOf(const v1::Assignment& assignment,
+                               uint64_t self_id, int* rank);
+
+// The mean of `data` over `ring` in place (`scratch` is the model's size),
+// its traffic and timing in the report. A failure is recorded (failed
+// peers with their codes, the reason) and returned as a re-sync.
+ExchangeResult RingExchange(const OuterContext& context, OuterRound& round,
+                            const std::vector<RingMember>& ring, int rank,
+                            std::span<float> data, std::span<float> scratch);
+
+// DiLoCo's exchange and update: the pseudo-gradient g = theta_start -
+// theta averaged over the ring, then NesterovOuterStep with outer.lr and
+// outer.mu (local SGD: lr = 1, mu = 0, its spec's defaults).
+class PseudoGradientRing : public OuterAlgorithm {
+ public:
+  explicit PseudoGradientRing(const OuterContext& context)
+      : context_(context) {}
+
+  absl::StatusOr<ExchangeResult> Exchange(OuterRound& round,
+                                          FloatArena& model) override;
+  void Apply() override;
+  std::optional<uint32_t> ReplicaChecksum() const override;
+
+ private:
+  OuterContext context_;
+  bool pending_ = false;  // v_t is in buffers->scratch, for Apply
+};
+
+}  // namespace gasloc
+
+#endif  // GASLOC_WORKER_ROUND_RING_ALGORITHM_H_
