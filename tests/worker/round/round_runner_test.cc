@@ -13,6 +13,7 @@
 #include "common/job_spec.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/support/wait_for.h"
 #include "tests/worker/round/fail_step_transport.h"
 #include "tests/worker/round/fake_trainer.h"
 #include "worker/exchange/in_process_transport.h"
@@ -23,6 +24,7 @@ namespace {
 
 using testing::FakeLayout;
 using testing::FakeTrainer;
+using testing::WaitFor;
 
 constexpr uint64_t kJob = 42;
 
@@ -38,16 +40,24 @@ v1::JobSpec Spec(v1::Algorithm algorithm, uint32_t deadline_ms = 5000) {
   return ApplyJobSpecDefaults(spec);
 }
 
-// One simulated worker: fake trainer, in-process transport, runner.
+// One simulated worker: fake trainer, in-process transport, runner; what
+// its progress reports say, for a test that waits for them (WaitFor).
 struct SimWorker {
   SimWorker(InProcessNetwork& network, uint64_t id, const v1::JobSpec& spec,
             float target)
       : trainer(FakeLayout(), target),
         transport(network.Join(id)),
-        runner({kJob, spec, {}}, &trainer, transport.get(),
-               &RealClock::Get()) {}
+        runner({kJob, spec,
+                [this](const RoundProgress& progress) {
+                  inner_step = progress.inner_step;
+                  if (progress.activity == v1::WORKER_ACTIVITY_EXCHANGING)
+                    exchanging = true;
+                }},
+               &trainer, transport.get(), &RealClock::Get()) {}
   FakeTrainer trainer;
   std::unique_ptr<InProcessTransport> transport;
+  std::atomic<uint32_t> inner_step{0};   // of the last progress report
+  std::atomic<bool> exchanging{false};   // reached an exchange
   RoundRunner runner;
 };
 
@@ -236,8 +246,9 @@ TEST(RoundRunner, TheScheduleFollowsTheRoundsWhateverTheBudget) {
   EXPECT_EQ(ScheduleStep(3, 80, 0, 0), 240u);
 }
 
-// outer.overlap_exchange: worker 2 reaches the exchange 500 ms late.
-// Worker 1 keeps stepping meanwhile (20 ms steps, up to 8 H = 80 in the
+// outer.overlap_exchange: worker 2 reaches the exchange 500 ms late (it
+// starts once worker 1 is in its exchange, and its 2 steps take 250 ms
+// each). Worker 1 keeps stepping meanwhile (20 ms steps, up to 8 H = 80 in the
 // round) instead of waiting, and its result is exactly the round without
 // overlap plus the change its extra steps made from theta at H_i: the
 // mixing (so worker 2's model) is the same in both runs.
@@ -255,9 +266,11 @@ TEST(RoundRunner, OverlapComputesThroughALatePeersExchange) {
     w.push_back(std::make_unique<SimWorker>(network, 1, s, +1.0f));
     w.push_back(std::make_unique<SimWorker>(network, 2, spec, -1.0f));
     w[0]->trainer.SleepOnEveryStep(absl::Milliseconds(20));
+    w[1]->trainer.SleepOnEveryStep(absl::Milliseconds(250));
     absl::StatusOr<v1::ReportRoundRequest> late = absl::UnknownError("not run");
     std::thread second([&] {
-      absl::SleepFor(absl::Milliseconds(500));
+      EXPECT_TRUE(WaitFor([&] { return w[0]->exchanging.load(); },
+                          absl::Seconds(30)));
       late = w[1]->runner.RunRound(GossipAssignment(0, 2, {1}, 0.5f, kBudget));
     });
     auto first = w[0]->runner.RunRound(GossipAssignment(0, 1, {2}, 0.5f, kBudget));
@@ -300,7 +313,9 @@ TEST(RoundRunner, OverlapComputesThroughALatePeersExchange) {
 // A round cancelled while its steps run beside the exchange is abandoned
 // like one cancelled in its planned steps: CANCELLED, and the model is the
 // round's start (before the shared step loop, the overlap's steps stopped
-// and the round was applied and reported done).
+// and the round was applied and reported done). The cancel comes once the
+// first worker took a step beside the exchange; the peer's steps (250 ms
+// each) keep the exchange open until the cancel has been seen.
 TEST(RoundRunner, ACancelDuringTheOverlapAbandonsTheRound) {
   v1::JobSpec spec = Spec(v1::ALGORITHM_GASLOC);
   spec.mutable_outer()->set_local_steps(10);
@@ -311,12 +326,13 @@ TEST(RoundRunner, ACancelDuringTheOverlapAbandonsTheRound) {
   SimWorker first(network, 1, overlapping, +1.0f);
   SimWorker second(network, 2, spec, -1.0f);
   first.trainer.SleepOnEveryStep(absl::Milliseconds(20));
+  second.trainer.SleepOnEveryStep(absl::Milliseconds(250));
   const std::vector<float> start(first.trainer.params().flat().begin(),
                                  first.trainer.params().flat().end());
   std::thread late([&] {
-    absl::SleepFor(absl::Milliseconds(150));
+    EXPECT_TRUE(WaitFor([&] { return first.inner_step.load() > 2; },
+                        absl::Seconds(30)));
     first.runner.Cancel();
-    absl::SleepFor(absl::Milliseconds(350));
     (void)second.runner.RunRound(GossipAssignment(0, 2, {1}, 0.5f, 2));
   });
   auto report = first.runner.RunRound(GossipAssignment(0, 1, {2}, 0.5f, 2));
