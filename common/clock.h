@@ -15,6 +15,7 @@
 #define GASLOC_COMMON_CLOCK_H_
 
 #include <algorithm>
+#include <cstdint>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -100,6 +101,13 @@ class FakeClock final : public Clock {
     absl::MutexLock lock(&mu_);
     return waiters_;
   }
+  // Waits on this clock that have ended so far (each re-checks the clock
+  // as it ends): a test that moved the clock waits for this to grow by the
+  // number of waiters to know they saw the move.
+  uint64_t waits() const {
+    absl::MutexLock lock(&mu_);
+    return waits_;
+  }
   // Blocks until at least `n` threads wait on this clock (then an Advance
   // reaches them).
   void AwaitWaiters(int n) const {
@@ -134,11 +142,13 @@ class FakeClock final : public Clock {
   void Leave() const {
     absl::MutexLock lock(&mu_);
     --waiters_;
+    ++waits_;
   }
 
   mutable absl::Mutex mu_;
   mutable absl::Time now_ ABSL_GUARDED_BY(mu_);
   mutable int waiters_ ABSL_GUARDED_BY(mu_) = 0;
+  mutable uint64_t waits_ ABSL_GUARDED_BY(mu_) = 0;
   bool auto_advance_ ABSL_GUARDED_BY(mu_) = false;
 };
 

@@ -40,12 +40,18 @@
 namespace gasloc {
 
 // Returns `status` with `context` prepended to its message ("context: msg"),
-// keeping the code. OK stays OK.
+// keeping the code and the payloads (an error's kind, common/error_kind.h).
+// OK stays OK.
 inline absl::Status Annotate(const absl::Status& status,
                              absl::string_view context) {
   if (status.ok()) return status;
-  return absl::Status(status.code(),
-                      absl::StrCat(context, ": ", status.message()));
+  absl::Status annotated(status.code(),
+                         absl::StrCat(context, ": ", status.message()));
+  status.ForEachPayload(
+      [&](absl::string_view url, const absl::Cord& payload) {
+        annotated.SetPayload(url, payload);
+      });
+  return annotated;
 }
 
 }  // namespace gasloc

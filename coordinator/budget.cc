@@ -85,6 +85,10 @@ double NoiseBand(const BudgetOptions& options, double spread,
 
 }  // namespace
 
+// Above 80 lines by choice: one pure decision read top to bottom in the
+// order of budget.h's header comment (c_i, the round's target T, each H_i,
+// then its noise-band and dead-band guards), each step feeding the next;
+// budget_test.cc pins every branch.
 BudgetPlan PlanBudgets(const std::vector<WorkerRates>& workers,
                        const std::vector<WorkerRound>& round,
                        const BudgetOptions& options) {

@@ -1,12 +1,14 @@
 // Coordinator: lifecycle (Create, Load), transactions and rollback, jobs
 // (start, stop, end, progress), watching, gauges. Membership calls are in
-// coordinator_workers.cc, planning and reports in coordinator_rounds.cc.
+// coordinator_workers.cc, planning, assignments, reports
+// and failures in coordinator_{planning,assignments,reports,failures}.cc.
 #include "coordinator/coordinator.h"
 
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "common/error_kind.h"
 #include "common/job_size.h"
 #include "common/job_spec.h"
 #include "common/log.h"
@@ -210,7 +212,9 @@ void Coordinator::Metric(std::function<void(CoordinatorMetrics&)> record) {
 absl::StatusOr<Coordinator::JobRec*> Coordinator::FindJob(uint64_t job_id) {
   auto it = jobs_.find(job_id);
   if (it == jobs_.end())
-    return absl::NotFoundError(absl::StrCat("job ", job_id, " not found"));
+    return WithErrorKind(
+        absl::NotFoundError(absl::StrCat("job ", job_id, " not found")),
+        kJobNotFound);
   return &it->second;
 }
 
@@ -436,16 +440,17 @@ absl::StatusOr<std::pair<v1::JobEvent, uint64_t>> Coordinator::WatchSnapshot(
 absl::StatusOr<JobEvents> Coordinator::WaitJobEvents(uint64_t job_id,
                                                      uint64_t after_seq,
                                                      absl::Duration max_wait) {
-  const absl::Time give_up = absl::Now() + max_wait;
+  // Real time, not clock_ (the class comment): a watch's short waits end
+  // even when the coordinator runs on a FakeClock.
+  const Clock& real = RealClock::Get();
+  const absl::Time give_up = real.Now() + max_wait;
   absl::MutexLock lock(&mu_);
   while (true) {
     ASSIGN_OR_RETURN(JobRec * job, FindJob(job_id));
     JobEvents out = job->events.After(after_seq);
     out.ended = IsEnded(job->stored.status.state());
-    const absl::Duration left = give_up - absl::Now();
-    if (!out.events.empty() || out.ended || left <= absl::ZeroDuration())
-      return out;
-    changed_.WaitWithTimeout(&mu_, left);
+    if (!out.events.empty() || out.ended || real.Now() >= give_up) return out;
+    real.WaitWithDeadline(&changed_, &mu_, give_up);
   }
 }
 

@@ -11,9 +11,12 @@
 // applies the result, persists it and wakes waiters. Its code is split by
 // concern: coordinator.cc (lifecycle, transactions, jobs, watching),
 // coordinator_workers.cc (membership calls, leases, binding workers to
-// jobs), coordinator_rounds.cc (planning, assignments, reports),
-// coordinator_checkpoints.cc (checkpoint sets, ResumeJob); the worker
-// registry itself is membership.h.
+// jobs), coordinator_planning.cc (the next round: stop, epoch, budgets),
+// coordinator_assignments.cc (GetAssignment), coordinator_reports.cc
+// (ReportRound), coordinator_failures.cc (failed rounds, dropped members),
+// coordinator_checkpoints.cc (checkpoint sets, ResumeJob, restoring after a
+// restart); the worker registry itself is membership.h. The private
+// declarations below are grouped by the file that defines them.
 //
 // Memory and disk agree: every mutating call runs in one Transaction
 // (transaction.h). If it fails to commit, the database is rolled back and
@@ -315,11 +318,82 @@ class Coordinator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   v1::JobStatus StatusOf(const JobRec& job, absl::Time now) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // ------------------------------------ planning (coordinator_planning.cc)
+  // Plans round job.next_round, or decides that the job stops there, or
+  // (kWait) that it stops only if the rounds still open succeed: the caller
+  // waits for their reports.
+  enum class PlanResult { kPlanned, kStopped, kWait };
+  PlanResult PlanNextRound(JobRec& job, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The epoch of round job.next_round with members `ids` (sorted): a new
+  // one (stored, in the status, a MEMBERSHIP event) when they differ from
+  // the previous round's.
+  uint64_t AdvanceEpoch(JobRec& job, const std::vector<uint64_t>& ids,
+                        absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The members' budgets for a round of `schedule` (budget.h PlanBudgets).
+  static BudgetPlan PlanRoundBudgets(const JobRec& job,
+                                     const RoundSchedule& schedule,
+                                     const std::vector<uint64_t>& ids);
+  // Counts, logs and keeps in the status the budget changes of `plan`
+  // against the members' current budgets; returns the BUDGET event's text
+  // ("" when nothing changed).
+  std::string RecordBudgetChanges(JobRec& job,
+                                  const std::vector<uint64_t>& ids,
+                                  const BudgetPlan& plan)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Applies the planned round `rec` (the members' budgets and first
+  // rounds), stores it as job.next_round and forgets old rounds.
+  void StoreRound(JobRec& job, RoundRec rec, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Decides the outcome of the planned rounds not settled yet
+  // (DecideRoundOutcome) and folds those settled in order into
+  // job.stored.rounds_failed / rounds_decided (saved when they move).
+  // Returns the rounds that failed (settled or not) and those still open.
+  struct RoundTally {
+    uint64_t failed = 0;
+    uint64_t open = 0;
+  };
+  RoundTally SettleRounds(JobRec& job, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Forgets the rounds (and epochs) older than the rounds_kept last ones.
+  void ForgetOldRounds(JobRec& job) const;
   // Fills status->worker_budgets from the latest planned round (GetJob).
   void AddWorkerBudgets(const JobRec& job, v1::JobStatus* status) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static const EpochRec* EpochOf(const JobRec& job, uint64_t epoch);
+  static RoundRec MakeRoundRec(const JobRec& job, uint64_t round,
+                               uint64_t epoch, int64_t deadline_unix_ms);
 
-  // ---------------------------------------- rounds (coordinator_rounds.cc)
+  // ------------------------------ assignments (coordinator_assignments.cc)
+  // The worker's assignment if one is due now; nullopt = wait.
+  absl::StatusOr<std::optional<v1::Assignment>> TryAssign(
+      const v1::GetAssignmentRequest& request, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  v1::Assignment BuildAssignment(const JobRec& job, const RoundRec& round,
+                                 uint64_t worker_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The first of `candidates` that is not `worker_id`, is still in the job
+  // and is one of the round's `members` (sorted): where a re-syncing or
+  // joining member fetches the model from.
+  static std::optional<uint64_t> FirstSource(
+      const JobRec& job, const std::vector<uint64_t>& candidates,
+      const std::vector<uint64_t>& members, uint64_t worker_id);
+  // The STOP for a worker, no longer bound, that asks about job `old`:
+  // ended, dropped from it, or no longer a member, with the reason.
+  v1::Assignment LeftJobAssignment(const JobRec& old,
+                                   uint64_t worker_id) const;
+  v1::Assignment StopAssignment(const JobRec& job,
+                                const std::string& message) const;
+
+  // -------------------------------------- reports (coordinator_reports.cc)
+  absl::Status ApplyReport(const v1::ReportRoundRequest& request,
+                           absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A completed report's s_i (from its second report, `first_report`
+  // false), b_i (and its peers', RaisePeerLinks) and wait fraction.
+  void UpdateEstimates(JobRec& job, StoredMember& m,
+                       const v1::ReportRoundRequest& request,
+                       bool first_report) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Raises each sampled peer's link estimate to the report's sample of it
   // where the sample is faster (a sample is a lower bound on both links).
   void RaisePeerLinks(JobRec& job, const v1::ReportRoundRequest& request)
@@ -335,41 +409,8 @@ class Coordinator {
   // decided (or nothing to wait for).
   bool MaybeDecideReplicas(JobRec& job, RoundRec& rec, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Plans round job.next_round, or decides that the job stops there, or
-  // (kWait) that it stops only if the rounds still open succeed: the caller
-  // waits for their reports.
-  enum class PlanResult { kPlanned, kStopped, kWait };
-  PlanResult PlanNextRound(JobRec& job, absl::Time now)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Decides the outcome of the planned rounds not settled yet
-  // (DecideRoundOutcome) and folds those settled in order into
-  // job.stored.rounds_failed / rounds_decided (saved when they move).
-  // Returns the rounds that failed (settled or not) and those still open.
-  struct RoundTally {
-    uint64_t failed = 0;
-    uint64_t open = 0;
-  };
-  RoundTally SettleRounds(JobRec& job, absl::Time now)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Drops a member that failed too many rounds in a row (`decision`, its
-  // last error `error`): a FAILURE event and a log line naming it, the
-  // metric, no rejoining; FAILS the job when the decision says so.
-  void DropMember(JobRec& job, uint64_t worker_id,
-                  const FailureDecision& decision, const std::string& error,
-                  absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Forgets the rounds (and epochs) older than the rounds_kept last ones.
-  void ForgetOldRounds(JobRec& job) const;
-  // The worker's assignment if one is due now; nullopt = wait.
-  absl::StatusOr<std::optional<v1::Assignment>> TryAssign(
-      const v1::GetAssignmentRequest& request, absl::Time now)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  v1::Assignment BuildAssignment(const JobRec& job, const RoundRec& round,
-                                 uint64_t worker_id)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  v1::Assignment StopAssignment(const JobRec& job,
-                                const std::string& message) const;
-  absl::Status ApplyReport(const v1::ReportRoundRequest& request,
-                           absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // ------------------------------------ failures (coordinator_failures.cc)
   // A report whose outcome is a failure: recorded in the job's status
   // (failures, a FAILURE event, the metric) and the member's failures in a
   // row; a set-up failure of every member fails the job with the reason,
@@ -377,6 +418,14 @@ class Coordinator {
   // is dropped (DropMember).
   void ApplyFailure(JobRec& job, const v1::ReportRoundRequest& request,
                     absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops a member that failed too many rounds in a row (`decision`, its
+  // last error `error`): a FAILURE event and a log line naming it, the
+  // metric, no rejoining; FAILS the job when the decision says so.
+  void DropMember(JobRec& job, uint64_t worker_id,
+                  const FailureDecision& decision, const std::string& error,
+                  absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // ---------------------------- checkpoints (coordinator_checkpoints.cc)
   // A completed report's checkpoint (checkpoint_next_round > 0): noted,
   // and the job's checkpoint_set replaced when every member of its round
   // has written one (a CHECKPOINT event, logged).
@@ -397,9 +446,6 @@ class Coordinator {
   // completed where a member of the round reported a later round and no
   // failure of it.
   static void RestoreRoundOutcomes(JobRec& job);
-  static const EpochRec* EpochOf(const JobRec& job, uint64_t epoch);
-  static RoundRec MakeRoundRec(const JobRec& job, uint64_t round,
-                               uint64_t epoch, int64_t deadline_unix_ms);
 
   const CoordinatorOptions options_;
   const Clock* const clock_;

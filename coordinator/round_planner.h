@@ -31,7 +31,7 @@ namespace gasloc::coordinator {
 std::string FormatIdList(const std::vector<uint64_t>& ids);
 
 // Whether a job in `state` has ended (FINISHED, FAILED or STOPPED): the one
-// definition, for the coordinator and its service.
+// definition, for the coordinator, its service and the tests.
 bool IsEnded(v1::JobState state);
 
 // Why a job must stop before planning its next round, or nullopt to go on:

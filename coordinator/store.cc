@@ -13,70 +13,6 @@
 
 namespace gasloc::coordinator {
 
-const std::vector<std::string>& Migrations() {
-  static const auto* const kMigrations = new std::vector<std::string>{
-      // 1: workers, jobs, job members, membership epochs.
-      R"sql(
-        CREATE TABLE workers (
-          worker_id INTEGER PRIMARY KEY,
-          info BLOB NOT NULL,              -- gasloc.v1.WorkerInfo
-          registered_unix_ms INTEGER NOT NULL,
-          state INTEGER NOT NULL,          -- gasloc.v1.WorkerState
-          job_id INTEGER NOT NULL DEFAULT 0);
-        CREATE TABLE jobs (
-          job_id INTEGER PRIMARY KEY,
-          name TEXT NOT NULL,
-          state INTEGER NOT NULL,          -- gasloc.v1.JobState
-          status BLOB NOT NULL,            -- gasloc.v1.JobStatus
-          stop_round INTEGER NOT NULL DEFAULT -1);
-        CREATE TABLE job_members (
-          job_id INTEGER NOT NULL,
-          worker_id INTEGER NOT NULL,
-          first_round INTEGER NOT NULL,
-          last_reported_round INTEGER NOT NULL,
-          steps_per_second REAL NOT NULL,
-          bytes_per_second REAL NOT NULL,
-          local_steps INTEGER NOT NULL,
-          train_loss REAL NOT NULL,
-          val_bpb REAL NOT NULL,
-          got_stop INTEGER NOT NULL,
-          PRIMARY KEY (job_id, worker_id));
-        CREATE TABLE epochs (
-          job_id INTEGER NOT NULL,
-          epoch INTEGER NOT NULL,
-          first_round INTEGER NOT NULL,
-          members TEXT NOT NULL,           -- sorted worker ids, comma-separated
-          PRIMARY KEY (job_id, epoch));
-      )sql",
-      // 2: planned rounds with their budgets, so a restarted coordinator
-      // hands out exactly the rounds it had planned.
-      R"sql(
-        CREATE TABLE rounds (
-          job_id INTEGER NOT NULL,
-          round INTEGER NOT NULL,
-          epoch INTEGER NOT NULL,
-          planned_unix_ms INTEGER NOT NULL,
-          deadline_unix_ms INTEGER NOT NULL,
-          budgets BLOB NOT NULL,           -- EncodeBudgets(), member order
-          PRIMARY KEY (job_id, round));
-      )sql",
-      // 3: failed rounds (not progress: they do not count toward
-      // stop.max_rounds), each member's failures in a row, the workers
-      // dropped for them and the first error since the job last made
-      // progress (docs/operations.md, "When a job fails").
-      R"sql(
-        ALTER TABLE jobs ADD COLUMN rounds_failed INTEGER NOT NULL DEFAULT 0;
-        ALTER TABLE jobs ADD COLUMN rounds_decided INTEGER NOT NULL DEFAULT 0;
-        ALTER TABLE jobs ADD COLUMN first_failure TEXT NOT NULL DEFAULT '';
-        ALTER TABLE jobs ADD COLUMN dropped TEXT NOT NULL DEFAULT '';
-                                           -- worker ids, comma-separated
-        ALTER TABLE job_members ADD COLUMN consecutive_failures INTEGER
-          NOT NULL DEFAULT 0;
-      )sql",
-  };
-  return *kMigrations;
-}
-
 namespace {
 
 absl::Status SqlError(sqlite3* db, absl::string_view what) {
@@ -322,7 +258,8 @@ absl::StatusOr<StoredRound> RoundRow(Statement& q) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path) {
+absl::StatusOr<std::unique_ptr<Store>> Store::Open(
+    const std::string& path, std::shared_ptr<StoreFaults> faults) {
   sqlite3* db = nullptr;
   const int rc = sqlite3_open_v2(
       path.c_str(), &db,
@@ -344,6 +281,8 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path) {
     RETURN_IF_ERROR(store->Exec("PRAGMA synchronous=FULL"));
   }
   RETURN_IF_ERROR(Annotate(store->Migrate(), path));
+  // Faults apply to the calls after Open (the migrations run unharmed).
+  store->faults_ = std::move(faults);
   return store;
 }
 

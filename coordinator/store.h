@@ -106,11 +106,25 @@ struct StoredRound {
   std::vector<Budget> budgets;
 };
 
+// Fault injection, the seam tests make a store fail through (as leveldb's
+// SpecialEnv): asked before every Begin, Commit and write (Put*,
+// DeleteMember, PruneRounds) with the operation's name ("Begin", "Commit",
+// "PutWorker", ...); a non-OK answer fails that operation without touching
+// the database. Production stores have none (tests/coordinator/
+// store_faults.h has the tests' implementation).
+class StoreFaults {
+ public:
+  virtual ~StoreFaults() = default;
+  virtual absl::Status Before(absl::string_view op) = 0;
+};
+
 class Store {
  public:
   // Opens (creating if missing) the database at `path`; ":memory:" gives a
-  // private in-memory database (unit tests).
-  static absl::StatusOr<std::unique_ptr<Store>> Open(const std::string& path);
+  // private in-memory database (unit tests). `faults` (none in production)
+  // apply to the calls after Open.
+  static absl::StatusOr<std::unique_ptr<Store>> Open(
+      const std::string& path, std::shared_ptr<StoreFaults> faults = nullptr);
   ~Store();
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;
@@ -144,39 +158,32 @@ class Store {
   // Deletes the job with its members, epochs and rounds.
   absl::Status DeleteJob(uint64_t job_id);
 
-  // Runs raw SQL (tests build old schema versions with it).
-  absl::Status Exec(absl::string_view sql);
   // PRAGMA synchronous of this connection: 2 (FULL) for a file, so a
   // commit is on disk when it returns and a power loss cannot drop it (a
   // lost commit would hand out a worker or job id again).
   absl::StatusOr<int> SynchronousLevel();
-
-  // Test hook, a store that fails on demand: `hook` is asked before every
-  // Begin, Commit and write (Put*, DeleteMember, PruneRounds) with the
-  // operation's name ("Begin", "Commit", "PutWorker", ...); a non-OK answer
-  // fails that operation without touching the database. nullptr = off.
-  using FailureHook = std::function<absl::Status(absl::string_view op)>;
-  void SetFailureHook(FailureHook hook) { failure_hook_ = std::move(hook); }
 
  private:
   struct SqlValue;  // a bound parameter (store.cc)
   struct Column;    // a column's name and value (store.cc)
 
   explicit Store(sqlite3* db) : db_(db) {}
+  // Runs raw SQL (pragmas, migrations, transactions).
+  absl::Status Exec(absl::string_view sql);
   absl::Status Migrate();
   // Runs the write statement `sql` with `values` bound to its parameters,
-  // unless the failure hook fails `op`.
+  // unless `faults_` fails `op`.
   absl::Status Write(absl::string_view op, const char* sql,
                      const std::vector<SqlValue>& values);
   // INSERT OR REPLACE of one row of `table` (through Write).
   absl::Status Upsert(absl::string_view op, const char* table,
                       const std::vector<Column>& row);
-  // The failure hook's answer for `op` (OK when no hook is set).
+  // The injected failure of `op` (OK without faults).
   absl::Status Injected(absl::string_view op) const {
-    return failure_hook_ ? failure_hook_(op) : absl::OkStatus();
+    return faults_ != nullptr ? faults_->Before(op) : absl::OkStatus();
   }
   sqlite3* db_;
-  FailureHook failure_hook_;
+  std::shared_ptr<StoreFaults> faults_;  // set once, by Open
 };
 
 }  // namespace gasloc::coordinator

@@ -146,7 +146,8 @@ grpc::Status CoordinatorService::StreamJobEvents(
   if (coordinator::IsEnded(snapshot->first.job().state()))
     return grpc::Status::OK;
   uint64_t seq = snapshot->second;
-  absl::Time last_sent = absl::Now();
+  const Clock& clock = *options_.clock;
+  absl::Time last_sent = clock.Now();
   while (!context->IsCancelled() && !shutting_down_) {
     // Short waits so cancellation and shutdown are noticed promptly.
     auto batch = coordinator_->WaitJobEvents(request->job_id(), seq,
@@ -155,19 +156,19 @@ grpc::Status CoordinatorService::StreamJobEvents(
     seq = batch->next_seq;
     for (const v1::JobEvent& event : batch->events) {
       if (!writer->Write(event)) return grpc::Status::CANCELLED;
-      last_sent = absl::Now();
+      last_sent = clock.Now();
     }
     if (batch->ended) return grpc::Status::OK;
-    if (absl::Now() - last_sent >= options_.progress_interval) {
+    if (clock.Now() - last_sent >= options_.progress_interval) {
       auto status = coordinator_->GetJob(request->job_id());
       if (!status.ok()) return ToGrpcStatus(status.status());
       v1::JobEvent progress;
       progress.set_kind(v1::JOB_EVENT_KIND_PROGRESS);
-      progress.set_unix_ms(absl::ToUnixMillis(absl::Now()));
+      progress.set_unix_ms(absl::ToUnixMillis(clock.Now()));
       progress.set_description("progress");
       *progress.mutable_job() = std::move(*status);
       if (!writer->Write(progress)) return grpc::Status::CANCELLED;
-      last_sent = absl::Now();
+      last_sent = clock.Now();
     }
   }
   return grpc::Status(grpc::StatusCode::CANCELLED, "watch ended");

@@ -29,6 +29,7 @@
 #include "absl/synchronization/mutex.h"
 
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "coordinator/coordinator.h"
 #include "gasloc/v1/coordinator.grpc.pb.h"
 #include "server/auth.h"
@@ -45,6 +46,10 @@ struct CoordinatorServiceOptions {
   // (UNAUTHENTICATED): a server without authentication must be asked for
   // with an insecure Authenticator.
   const Authenticator* authenticator = nullptr;
+  // The clock of WatchJob's progress interval and timestamps (not owned).
+  // Real time: a watch's waits are real-time waits (Coordinator::
+  // WaitJobEvents).
+  const Clock* clock = &RealClock::Get();
 };
 
 class CoordinatorService final : public v1::Coordinator::Service {

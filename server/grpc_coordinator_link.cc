@@ -1,6 +1,7 @@
 #include "server/grpc_coordinator_link.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/clock.h"
 #include "common/status_macros.h"
 #include "grpcpp/create_channel.h"
 #include "server/grpc_status.h"
@@ -11,7 +12,9 @@ namespace {
 constexpr absl::Duration kCallTimeout = absl::Seconds(10);
 
 void SetDeadline(grpc::ClientContext* context, absl::Duration timeout) {
-  context->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  // gRPC deadlines are real time.
+  context->set_deadline(
+      absl::ToChronoTime(RealClock::Get().Now() + timeout));
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include "absl/time/clock.h"
 #include "gasloc/v1/peer.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
+#include "common/clock.h"
 #include "common/status_macros.h"
 #include "server/grpc_status.h"
 #include "server/http2_tuning.h"
@@ -61,12 +62,14 @@ TransferOutcome GrpcPeerTransport::Impl::Send(
     const ExchangeOptions& exchange_options) {
   TransferOutcome outcome;
   outcome.peer_id = send.peer_id;
-  const absl::Time start = absl::Now();
+  // Wire time is a real-time measurement (gRPC runs on real time).
+  const Clock& real = RealClock::Get();
+  const absl::Time start = real.Now();
   auto finish = [&](absl::Status status) {
     outcome.status = Annotate(
         status, absl::StrCat("send of ", DescribeKey(key), " to peer ",
                              send.peer_id, " at ", send.address));
-    outcome.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+    outcome.seconds = absl::ToDoubleSeconds(real.Now() - start);
     return outcome;
   };
   auto plan = PlanChunks(send.range_begin, send.range_end,

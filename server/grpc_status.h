@@ -1,5 +1,7 @@
 // The one conversion between gRPC and absl statuses (the codes are
-// numerically the same; the message is kept).
+// numerically the same; the message is kept, and an error's kind,
+// common/error_kind.h, travels as the google.rpc.ErrorInfo of the status
+// details, proto/gasloc/v1/error.proto).
 //
 // Thread safety: pure functions.
 #ifndef GASLOC_SERVER_GRPC_STATUS_H_

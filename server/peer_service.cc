@@ -5,8 +5,8 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "server/grpc_status.h"
 #include "worker/exchange/wire_codec.h"
@@ -63,9 +63,11 @@ absl::Status PeerService::CheckWritesOwnId(const Caller& caller,
                                            absl::Time deadline) const {
   if (caller.worker_name.empty()) return absl::OkStatus();
   std::optional<std::string> identity;
+  // The roster waits in real time (a mutex's deadline), as gRPC does.
   if (options_.roster != nullptr)
     identity = options_.roster->IdentityOf(
-        worker_id, std::min(deadline, absl::Now() + options_.identity_wait));
+        worker_id,
+        std::min(deadline, RealClock::Get().Now() + options_.identity_wait));
   if (identity.has_value() && *identity == caller.worker_name)
     return absl::OkStatus();
   const std::string scheduled =
@@ -89,11 +91,20 @@ grpc::Status PeerService::Exchange(
                               [context] { context->TryCancel(); });
   if (!ticket.ok()) return ToGrpcStatus(ticket.status());
   // The dialer's deadline bounds how long an early chunk may wait, and
-  // so does the server's own total deadline.
+  // so does the server's own total deadline. Both are real time (gRPC's
+  // clock, and the roster's wait for a caller's identity); the mailbox
+  // waits on its own clock, so it gets what is left of them on that clock.
+  const absl::Time now = RealClock::Get().Now();
   const absl::Time deadline =
       std::min(absl::FromChrono(context->deadline()),
-               absl::Now() + options_.limits.exchange_total_timeout);
-  grpc::Status status = ExchangeAdmitted(stream, *caller, deadline, **ticket);
+               now + options_.limits.exchange_total_timeout);
+  const Clock& mailbox_clock = mailbox_->clock();
+  const absl::Time mailbox_deadline =
+      deadline == absl::InfiniteFuture()
+          ? deadline
+          : mailbox_clock.Now() + (deadline - now);
+  grpc::Status status = ExchangeAdmitted(stream, *caller, deadline,
+                                         mailbox_deadline, **ticket);
   if (const std::string why = (*ticket)->cancelled_because(); !why.empty()) {
     GASLOC_LOG(WARNING) << "Exchange stream from " << context->peer()
                         << " cancelled: " << why;
@@ -105,7 +116,8 @@ grpc::Status PeerService::Exchange(
 
 grpc::Status PeerService::ExchangeAdmitted(
     grpc::ServerReaderWriter<v1::ExchangeChunk, v1::ExchangeChunk>* stream,
-    const Caller& caller, absl::Time deadline, InboundLimits::Ticket& ticket) {
+    const Caller& caller, absl::Time deadline, absl::Time mailbox_deadline,
+    InboundLimits::Ticket& ticket) {
   std::unique_ptr<Mailbox::InboundStream> inbound = mailbox_->OpenStream();
   v1::ExchangeChunk chunk;
   uint64_t chunks = 0;
@@ -126,7 +138,7 @@ grpc::Status PeerService::ExchangeAdmitted(
     // Waiting in the mailbox (an early chunk before its registration) is
     // not idleness.
     ticket.SetBusy(true);
-    absl::Status status = inbound->Accept(chunk, deadline);
+    absl::Status status = inbound->Accept(chunk, mailbox_deadline);
     ticket.SetBusy(false);
     if (!status.ok()) {
       inbound->End(status);

@@ -107,9 +107,12 @@ class PeerService final : public v1::Peer::Service {
  private:
   // The caller's host ("ipv4:10.0.0.2" from "ipv4:10.0.0.2:51234").
   static std::string PeerHost(const grpc::ServerContext& context);
+  // `deadline` is real time (the identity check's), `mailbox_deadline` the
+  // same on the mailbox's clock (the chunks' waits).
   grpc::Status ExchangeAdmitted(
       grpc::ServerReaderWriter<v1::ExchangeChunk, v1::ExchangeChunk>* stream,
-      const Caller& caller, absl::Time deadline, InboundLimits::Ticket& ticket);
+      const Caller& caller, absl::Time deadline, absl::Time mailbox_deadline,
+      InboundLimits::Ticket& ticket);
   absl::StatusOr<Caller> Authorize(grpc::ServerContext* context,
                                    absl::string_view method) const;
   // OK when `caller` may write `worker_id` as its own id.

@@ -4,6 +4,7 @@
 #include <signal.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
@@ -70,7 +71,8 @@ void ServerRunner::RequestShutdown() { kill(getpid(), SIGUSR1); }
 void ServerRunner::Shutdown(absl::Duration grace) {
   if (server_ == nullptr) return;
   server_->GetHealthCheckService()->SetServingStatus(false);
-  server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
+  // gRPC deadlines are real time.
+  server_->Shutdown(absl::ToChronoTime(RealClock::Get().Now() + grace));
   server_->Wait();
   server_.reset();
 }

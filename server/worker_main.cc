@@ -2,13 +2,10 @@
 // gRPC pieces (Peer service, peer transport, coordinator link, metrics
 // endpoint) to the daemon's logic in worker/daemon/ and runs it; every
 // decision is taken there.
-#include <fcntl.h>
-#include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -117,6 +114,50 @@ uint64_t MeasuredMemoryBytes() {
   return bytes;
 }
 
+// The daemon's options from the flags: what it registers (`address`, the
+// machine's cores, memory and host name), its threads, roots and state
+// directory (claimed here: worker/daemon/state_directory.h).
+WorkerDaemonOptions DaemonOptionsFromFlags(const std::string& address) {
+  WorkerDaemonOptions options;
+  options.info.set_address(address);
+  options.info.set_cores(std::thread::hardware_concurrency());
+  options.info.set_memory_bytes(MeasuredMemoryBytes());
+  options.info.set_software_version(kGaslocVersion);
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  options.info.set_hostname(host);
+  options.info.set_metrics_port(absl::GetFlag(FLAGS_metrics_port));
+  options.threads = absl::GetFlag(FLAGS_threads);
+  options.checkpoints_kept = std::max(1, absl::GetFlag(FLAGS_checkpoints_kept));
+  options.corpus_root = absl::GetFlag(FLAGS_corpus_root);
+  options.checkpoint_root = absl::GetFlag(FLAGS_checkpoint_root).empty()
+                                ? absl::GetFlag(FLAGS_data_dir)
+                                : absl::GetFlag(FLAGS_checkpoint_root);
+  if (options.checkpoint_root.empty())
+    GASLOC_LOG(WARNING) << "gasloc-worker: no --checkpoint_root or "
+                           "--data_dir: a job may write checkpoints wherever "
+                           "this process can write";
+  if (options.corpus_root.empty())
+    GASLOC_LOG(WARNING) << "gasloc-worker: no --corpus_root: a job may name "
+                           "any file this process can read as its corpus";
+  if (const std::string dir = absl::GetFlag(FLAGS_data_dir); !dir.empty()) {
+    options.data_dir = dir;
+    // One worker per state directory (worker/daemon/state_directory.h).
+    auto name = ClaimStateDirectory(dir);
+    if (name.ok()) {
+      options.name = *name;
+      GASLOC_LOG(INFO) << "state directory " << dir << ", worker name "
+                       << options.name;
+    } else {
+      // Still a worker, but its checkpoints are named by its worker id: a
+      // restarted worker will not find them.
+      GASLOC_LOG(WARNING) << "gasloc-worker: --data_dir " << dir
+                          << ": no stable name: " << name.status();
+    }
+  }
+  return options;
+}
+
 int RunWorker() {
   // Three sets of credentials: the Peer service's (server), the link to
   // the coordinator (worker token) and the channels to peers (peer token).
@@ -173,17 +214,8 @@ int RunWorker() {
   transport_options.credentials = to_peers;
   GrpcPeerTransport transport(transport_options);
 
-  WorkerDaemonOptions options;
-  options.info.set_address(
+  WorkerDaemonOptions options = DaemonOptionsFromFlags(
       AdvertisedAddress(server_options.listen_address, *port));
-  options.info.set_cores(std::thread::hardware_concurrency());
-  options.info.set_memory_bytes(MeasuredMemoryBytes());
-  options.info.set_software_version(kGaslocVersion);
-  char host[256] = {0};
-  gethostname(host, sizeof(host) - 1);
-  options.info.set_hostname(host);
-  options.info.set_metrics_port(absl::GetFlag(FLAGS_metrics_port));
-  options.threads = absl::GetFlag(FLAGS_threads);
   // Metrics: one registry, exposed on --metrics_port, injected.
   auto registry = std::make_shared<prometheus::Registry>();
   WorkerMetrics metrics(*registry);
@@ -205,52 +237,19 @@ int RunWorker() {
     exposer = std::move(*started);
     options.metrics = &metrics;
   }
-  options.checkpoints_kept = std::max(1, absl::GetFlag(FLAGS_checkpoints_kept));
-  options.corpus_root = absl::GetFlag(FLAGS_corpus_root);
-  options.checkpoint_root = absl::GetFlag(FLAGS_checkpoint_root).empty()
-                                ? absl::GetFlag(FLAGS_data_dir)
-                                : absl::GetFlag(FLAGS_checkpoint_root);
-  if (options.checkpoint_root.empty())
-    GASLOC_LOG(WARNING) << "gasloc-worker: no --checkpoint_root or "
-                           "--data_dir: a job may write checkpoints wherever "
-                           "this process can write";
-  if (options.corpus_root.empty())
-    GASLOC_LOG(WARNING) << "gasloc-worker: no --corpus_root: a job may name "
-                           "any file this process can read as its corpus";
-  if (const std::string dir = absl::GetFlag(FLAGS_data_dir); !dir.empty()) {
-    options.data_dir = dir;
-    // One worker per state directory: the lock is held (the descriptor
-    // left open) for the process's life.
-    std::error_code ignored;
-    std::filesystem::create_directories(dir, ignored);
-    const int lock = ::open((dir + "/worker.lock").c_str(),
-                            O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    auto name = lock >= 0 && ::flock(lock, LOCK_EX | LOCK_NB) == 0
-                    ? LoadOrCreateWorkerName(dir)
-                    : absl::StatusOr<std::string>(absl::UnavailableError(
-                          "another worker holds " + dir + "/worker.lock"));
-    if (name.ok()) {
-      options.name = *name;
-      GASLOC_LOG(INFO) << "state directory " << dir << ", worker name "
-                       << options.name;
-    } else {
-      // Still a worker, but its checkpoints are named by its worker id: a
-      // restarted worker will not find them.
-      GASLOC_LOG(WARNING) << "gasloc-worker: --data_dir " << dir
-                          << ": no stable name: " << name.status();
-    }
-  }
-
-  ModelFetcher fetcher = [&transport](const v1::PeerAssignment& source,
-                                      uint64_t job_id, uint64_t self_id,
-                                      uint64_t model_elements) {
-    FetchModelOptions fetch;
-    fetch.address = source.address();
-    fetch.job_id = job_id;
-    fetch.expected_elements = model_elements;
-    fetch.deadline = absl::Now() + absl::Minutes(5);
-    return transport.FetchModel(fetch);
-  };
+  // The deadline policy is the daemon's (WithFetchDeadline).
+  ModelFetcher fetcher = WithFetchDeadline(
+      [&transport](const v1::PeerAssignment& source, uint64_t job_id,
+                   uint64_t /*self_id*/, uint64_t model_elements,
+                   absl::Time deadline) {
+        FetchModelOptions fetch;
+        fetch.address = source.address();
+        fetch.job_id = job_id;
+        fetch.expected_elements = model_elements;
+        fetch.deadline = deadline;
+        return transport.FetchModel(fetch);
+      },
+      RealClock::Get());
   TrainerFactory trainers = [](const v1::JobSpec& spec, DataShard shard,
                                int threads) {
     return TrainerAdapter::Create(spec, shard.rank, shard.num_workers, threads);

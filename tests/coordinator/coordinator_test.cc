@@ -20,6 +20,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "prometheus/registry.h"
+#include "tests/coordinator/store_faults.h"
+#include "tests/support/wait_for.h"
 
 namespace gasloc::coordinator {
 namespace {
@@ -831,9 +833,7 @@ TEST_F(CoordinatorTest, LongPollWaitsOnTheClock) {
     got = Ask(a, 0, -1, /*wait_ms=*/5000);
     done.Notify();
   });
-  const absl::Time give_up = absl::Now() + absl::Seconds(10);
-  while (clock_.waiters() < 1 && absl::Now() < give_up)
-    absl::SleepFor(absl::Milliseconds(1));
+  WaitFor([&] { return clock_.waiters() >= 1; }, absl::Seconds(10));
   EXPECT_GE(clock_.waiters(), 1) << "the long-poll does not wait on the clock";
   clock_.Advance(absl::Milliseconds(4999));
   EXPECT_FALSE(done.WaitForNotificationWithTimeout(absl::Milliseconds(50)))
@@ -932,13 +932,12 @@ class CoordinatorStoreFailureTest : public CoordinatorTest {
   // A coordinator on the same file, as after a crash.
   void Restart() {
     coord_.reset();
-    auto store = Store::Open(path_);
-    ASSERT_TRUE(store.ok()) << store.status();
-    (*store)->SetFailureHook([this](absl::string_view op) {
+    auto store = Store::Open(path_, Faults([this](absl::string_view op) {
       if (fail_ == "*" || fail_ == op)
         return absl::InternalError(absl::StrCat("injected failure of ", op));
       return absl::OkStatus();
-    });
+    }));
+    ASSERT_TRUE(store.ok()) << store.status();
     Make(std::move(*store));
   }
 
@@ -1055,31 +1054,37 @@ TEST_F(CoordinatorStoreFailureTest, AReadWhoseTickFailsAnswersFromTheDisk) {
 // the long-polls woke each other and burned a core). Each poll re-checks at
 // most every 500 ms, so 1 s of two polls is a handful of transactions.
 TEST_F(CoordinatorTest, IdleLongPollsDoNotWakeEachOther) {
-  auto store = Store::Open(":memory:");
-  ASSERT_TRUE(store.ok()) << store.status();
-  std::atomic<int> begins{0};
-  (*store)->SetFailureHook([&](absl::string_view op) {
-    if (op == "Begin") ++begins;
+  // Shared with the store, which the fixture's coordinator keeps.
+  auto counted = std::make_shared<std::atomic<int>>(0);
+  std::atomic<int>& begins = *counted;
+  auto store = Store::Open(":memory:", Faults([counted](absl::string_view op) {
+    if (op == "Begin") ++*counted;
     return absl::OkStatus();
-  });
+  }));
+  ASSERT_TRUE(store.ok()) << store.status();
   Make(std::move(*store));
   const std::vector<uint64_t> ids = RegisterN(2);
   clock_.SetAutoAdvance(false);
   const int before = begins.load();
   std::vector<std::thread> polls;
+  std::atomic<int> finished{0};
   for (uint64_t id : ids)
     polls.emplace_back([&, id] {
       auto r = Ask(id, 0, -1, /*wait_ms=*/1000);
       EXPECT_TRUE(r.ok()) << r.status();
       EXPECT_EQ(r->kind(), v1::ASSIGNMENT_KIND_NONE);
+      ++finished;
     });
   // 1 s of the clock in 10 ms steps, each seen by the waiters (a FakeClock
   // wait wakes every millisecond of real time: those wake-ups must not
   // run transactions either).
   clock_.AwaitWaiters(2);
   for (int i = 0; i < 100; ++i) {
+    const uint64_t seen = clock_.waits();
     clock_.Advance(absl::Milliseconds(10));
-    absl::SleepFor(absl::Milliseconds(2));
+    // The waiters saw the step (each ended a wait since), or returned.
+    WaitFor([&] { return clock_.waits() >= seen + 2 || finished > 0; },
+            absl::Seconds(10));
   }
   for (auto& t : polls) t.join();
   // 2 polls x (1 + 1000 ms / 500 ms) transactions, with slack.

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/coordinator/store_faults.h"
 
 namespace gasloc::coordinator {
 namespace {
@@ -28,14 +29,13 @@ StoredWorker Worker(uint64_t id) {
 class TransactionTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto store = Store::Open(":memory:");
-    ASSERT_TRUE(store.ok()) << store.status();
-    store_ = std::move(*store);
-    store_->SetFailureHook([this](absl::string_view op) {
+    auto store = Store::Open(":memory:", Faults([this](absl::string_view op) {
       ops_.emplace_back(op);
       if (fail_ == op) return absl::InternalError(absl::StrCat("no ", op));
       return absl::OkStatus();
-    });
+    }));
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = std::move(*store);
   }
 
   size_t Workers() { return store_->LoadWorkers()->size(); }

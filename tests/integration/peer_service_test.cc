@@ -4,6 +4,8 @@
 // without ever committing (the good transfer still commits afterwards when
 // the bad chunk could not be bound to it), cut and hung streams, absent
 // peers within 2x the deadline, FetchModel and Ping.
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -22,6 +24,7 @@
 #include "server/server_runner.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/test_auth.h"
+#include "tests/support/wait_for.h"
 #include "worker/exchange/wire_codec.h"
 
 namespace gasloc {
@@ -122,8 +125,14 @@ class PeerServiceTest : public ::testing::Test {
         // Let the chunks written so far reach the receiver first: a stream
         // cancelled before the server saw it is indistinguishable from a
         // peer that never showed up (that case ends at the deadline and is
-        // tested separately).
-        absl::SleepFor(absl::Milliseconds(300));
+        // tested separately). The last element they carry has landed in
+        // the receiver's buffer (scratch_, -7 before).
+        const size_t last = std::min<size_t>(
+            scratch_.size(), chunks[i - 1].header().offset() +
+                                 chunks[i - 1].header().length()) - 1;
+        WaitFor([&] { return std::atomic_ref<float>(scratch_[last]).load() !=
+                             -7.0f; },
+                absl::Seconds(5));
         context.TryCancel();
         return stream->Finish();
       }
@@ -289,6 +298,7 @@ TEST_F(PeerServiceTest, StreamCutInTheMiddleNeverCommits) {
   // Cancelled by the client (a process that dies looks the same).
   key_.round = 13;
   chunks = Chunks();
+  std::fill(scratch_.begin(), scratch_.end(), -7.0f);  // SendRaw watches it
   Register();
   s = SendRaw(chunks, true, /*cancel_after=*/2);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::CANCELLED);
@@ -402,8 +412,10 @@ TEST(PeerServiceLimits, SilentStreamsFetchCapsAndChunkBytes) {
   }
   // A model provider that blocks until released keeps one fetch open.
   absl::Notification release;
+  std::atomic<bool> providing{false};
   server.service.SetModelProvider(
       [&](uint64_t job) -> absl::StatusOr<ModelSnapshot> {
+        providing = true;
         release.WaitForNotificationWithTimeout(absl::Seconds(20));
         auto params = std::make_shared<std::vector<float>>(10, 1.0f);
         ModelSnapshot s;
@@ -428,7 +440,8 @@ TEST(PeerServiceLimits, SilentStreamsFetchCapsAndChunkBytes) {
   request.set_chunk_bytes(64 << 10);
   grpc::ClientContext first_context;
   auto first = stub->FetchModel(&first_context, request);
-  absl::SleepFor(absl::Milliseconds(300));  // the first call is admitted
+  // The first call is admitted (its provider runs).
+  WaitFor([&] { return providing.load(); }, absl::Seconds(10));
   {
     grpc::ClientContext context;
     auto reader = stub->FetchModel(&context, request);

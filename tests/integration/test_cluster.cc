@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/round_planner.h"
 #include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
 #include "server/credentials.h"
@@ -196,10 +197,7 @@ v1::JobStatus Cluster::WaitForJobEnd(uint64_t job_id, absl::Duration timeout) {
   while (absl::Now() < deadline) {
     if (auto now = GetJob(job_id); now.ok()) {
       job = *now;
-      if (job.state() == v1::JOB_STATE_FINISHED ||
-          job.state() == v1::JOB_STATE_FAILED ||
-          job.state() == v1::JOB_STATE_STOPPED)
-        return job;
+      if (coordinator::IsEnded(job.state())) return job;
     }
     absl::SleepFor(absl::Milliseconds(200));
   }

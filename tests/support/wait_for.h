@@ -1,11 +1,14 @@
-// WaitFor: a test waits for an event of another thread (a predicate over
-// what it can observe) up to a deadline, instead of sleeping a fixed time
-// and hoping the event happened. Polls every millisecond on the real
-// clock; a test on a FakeClock advances it instead (FakeClock's
-// AwaitWaiters).
+// Waiting for an event in a test instead of sleeping a fixed time:
 //
-// Thread safety: the predicate runs on the calling thread; what it reads
-// must be safe to read there (atomics, a mutex).
+//   ASSERT_TRUE(WaitFor([&] { return clock.waiters() >= 1; },
+//                       absl::Now() + absl::Seconds(10)));
+//
+// The predicate is checked at once and then every millisecond of real time
+// until it holds or `deadline` passes, so a test takes as long as the event
+// does, and a missing event fails the test (returns false) instead of
+// hanging it. For waits on a FakeClock, prefer its AwaitWaiters / waits().
+//
+// Thread safety: the predicate runs on the calling thread.
 #ifndef GASLOC_TESTS_SUPPORT_WAIT_FOR_H_
 #define GASLOC_TESTS_SUPPORT_WAIT_FOR_H_
 
@@ -13,23 +16,23 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 
-namespace gasloc::testing {
+namespace gasloc {
 
-// True once `predicate` holds; false if `deadline` passed first.
+// True once `predicate` holds; false if it still does not at `deadline`.
 inline bool WaitFor(absl::FunctionRef<bool()> predicate, absl::Time deadline) {
-  for (;;) {
-    if (predicate()) return true;
-    if (absl::Now() >= deadline) return false;
+  while (!predicate()) {
+    if (absl::Now() >= deadline) return predicate();
     absl::SleepFor(absl::Milliseconds(1));
   }
+  return true;
 }
 
-// As above, with a deadline `timeout` from now.
+// WaitFor with a deadline `timeout` from now.
 inline bool WaitFor(absl::FunctionRef<bool()> predicate,
                     absl::Duration timeout) {
   return WaitFor(predicate, absl::Now() + timeout);
 }
 
-}  // namespace gasloc::testing
+}  // namespace gasloc
 
 #endif  // GASLOC_TESTS_SUPPORT_WAIT_FOR_H_

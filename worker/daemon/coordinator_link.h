@@ -8,9 +8,10 @@
 //
 // Errors follow the service: UNAVAILABLE / DEADLINE_EXCEEDED = the call may
 // be retried; NOT_FOUND = the coordinator does not know this worker (it
-// restarted or the lease expired: register again) or, with a message
-// starting "job ", the job (IsUnknownJob: drop it); CANCELLED = CancelWaits
-// was called.
+// restarted or the lease expired: register again) or, with the kind
+// JOB_NOT_FOUND (common/error_kind.h, carried over gRPC as the status's
+// ErrorInfo), the job (IsUnknownJob: drop it); CANCELLED = CancelWaits was
+// called.
 //
 // Thread safety: implementations must allow every method to be called
 // concurrently (the daemon's round loop and heartbeat thread share it);
@@ -24,17 +25,17 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/strings/match.h"
+#include "common/error_kind.h"
 #include "gasloc/v1/coordinator.pb.h"
 
 namespace gasloc {
 
-// True for the coordinator's NOT_FOUND about a job ("job 42 not found"):
-// the job is unknown (the coordinator lost its database), as opposed to an
-// unknown worker (register again).
+// True for the coordinator's NOT_FOUND about a job (kind JOB_NOT_FOUND,
+// common/error_kind.h): the job is unknown (the coordinator lost its
+// database), as opposed to an unknown worker (register again).
 inline bool IsUnknownJob(const absl::Status& status) {
   return status.code() == absl::StatusCode::kNotFound &&
-         absl::StartsWith(status.message(), "job ");
+         HasErrorKind(status, kJobNotFound);
 }
 
 class CoordinatorLink {

@@ -1,30 +1,19 @@
+// WorkerDaemon: the control loop. Registration, heartbeats, the
+// assignment poll, running and reporting a round, dropping a job. Set-up is
+// job_setup.cc, checkpoints daemon_checkpoints.cc, serving the model
+// model_serving.cc, the state directory state_directory.cc.
 #include "worker/daemon/worker_daemon.h"
 
 #include <algorithm>
-#include <filesystem>
-#include <fstream>
 #include <new>
-#include <random>
 
 #include "absl/strings/str_cat.h"
-#include "common/job_size.h"
 #include "common/job_spec.h"
 #include "common/link_bandwidth.h"
 #include "common/log.h"
 #include "common/status_macros.h"
-#include "worker/daemon/path_confinement.h"
 
 namespace gasloc {
-
-struct WorkerDaemon::Job {
-  uint64_t job_id = 0;
-  v1::JobSpec spec;
-  std::unique_ptr<InnerTrainer> trainer;
-  std::unique_ptr<RoundRunner> runner;
-  int64_t last_round = -1;  // last round completed (reported)
-  // Next round of the model in the newest checkpoint written; 0 = none.
-  uint64_t checkpointed_next_round = 0;
-};
 
 DataShard DataShardOf(const v1::Assignment& assignment) {
   // Rank among the epoch's members: the ring lists them all for the
@@ -166,238 +155,6 @@ absl::Duration WorkerDaemon::HeartbeatOnce() {
   return absl::Milliseconds(std::max<uint32_t>(200, response->lease_ms() / 3));
 }
 
-absl::StatusOr<std::string> LoadOrCreateWorkerName(
-    const std::string& data_dir) {
-  namespace fs = std::filesystem;
-  const fs::path file = fs::path(data_dir) / "worker_name";
-  std::ifstream in(file);
-  std::string name;
-  if (in && std::getline(in, name) && !name.empty()) return name;
-  std::error_code error;
-  fs::create_directories(data_dir, error);
-  if (error)
-    return absl::UnavailableError(absl::StrCat(
-        "cannot create the state directory ", data_dir, ": ", error.message()));
-  std::random_device random;
-  name = absl::StrCat("w-", absl::Hex((uint64_t{random()} << 32) | random(),
-                                      absl::kZeroPad16));
-  const fs::path tmp = fs::path(data_dir) / "worker_name.tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << name << "\n";
-    out.flush();
-    if (!out)
-      return absl::UnavailableError(
-          absl::StrCat("cannot write ", tmp.string()));
-  }
-  fs::rename(tmp, file, error);
-  if (error)
-    return absl::UnavailableError(absl::StrCat(
-        "cannot rename ", tmp.string(), ": ", error.message()));
-  return name;
-}
-
-std::string WorkerDaemon::CheckpointPath(const Job& job) const {
-  std::filesystem::path dir = job.spec.checkpoint().directory();
-  if (dir.empty()) return "";
-  if (dir.is_relative()) dir = std::filesystem::path(options_.data_dir) / dir;
-  const std::string name = options_.name.empty()
-                               ? absl::StrCat("w", worker_id_.load())
-                               : options_.name;
-  return absl::StrCat(dir.string(), "/job", job.job_id, "-", name, ".ckpt");
-}
-
-std::vector<std::string> WorkerDaemon::CheckpointCandidates(
-    const Job& job) const {
-  const std::string path = CheckpointPath(job);
-  if (path.empty()) return {};
-  std::vector<std::string> candidates = {path};
-  for (int i = 1; i < options_.checkpoints_kept; ++i)
-    candidates.push_back(absl::StrCat(path, ".", i));
-  return candidates;
-}
-
-bool WorkerDaemon::LoadFirstUsable(Job& job,
-                                   std::optional<uint64_t> next_round) {
-  for (const std::string& path : CheckpointCandidates(job)) {
-    if (!std::filesystem::exists(path)) continue;
-    // RoundRunner::LoadCheckpoint is all or nothing: a damaged file (or
-    // one of another round than asked) leaves the parameters, optimizer
-    // state and data cursor as they were.
-    absl::Status loaded = job.runner->LoadCheckpoint(path, next_round);
-    if (loaded.ok()) {
-      GASLOC_LOG(INFO) << "job " << job.job_id << ": resumed from " << path
-                       << " at round " << job.runner->next_round();
-      job.checkpointed_next_round = job.runner->next_round();
-      return true;
-    }
-    GASLOC_LOG(WARNING) << "job " << job.job_id << ": checkpoint " << path
-                        << " not used, trying the previous one: " << loaded;
-  }
-  return false;
-}
-
-bool WorkerDaemon::ResumeFromCheckpoint(Job& job,
-                                        const v1::CheckpointSet* resume_from) {
-  if (resume_from != nullptr) {
-    // Every member of the set loads the set's round, so the replicas
-    // start from the same round even if some wrote a newer checkpoint.
-    if (LoadFirstUsable(job, resume_from->round() + 1)) return true;
-    GASLOC_LOG(WARNING) << "job " << job.job_id
-                        << ": no usable checkpoint of the job's checkpoint "
-                           "set (round "
-                        << resume_from->round()
-                        << "); loading this worker's newest usable one";
-  }
-  return LoadFirstUsable(job, std::nullopt);
-}
-
-absl::StatusOr<WorkerDaemon::Job*> WorkerDaemon::PrepareJob(
-    const v1::Assignment& assignment) {
-  if (job_ != nullptr && job_->job_id == assignment.job_id()) return job_.get();
-  if (job_ != nullptr) DropJob("a new job was assigned");
-  RETURN_IF_ERROR(ValidateJobSpec(assignment.spec()));
-  // Before anything is allocated: a job this worker cannot hold is an
-  // error for the job (reported), never std::bad_alloc.
-  RETURN_IF_ERROR(CheckJobFitsWorker(assignment.spec(), options_.info));
-  auto job = std::make_unique<Job>();
-  job->job_id = assignment.job_id();
-  job->spec = ApplyJobSpecDefaults(assignment.spec());
-  ASSIGN_OR_RETURN(const std::string corpus,
-                   ConfinePath("data.corpus_path",
-                               job->spec.data().corpus_path(),
-                               options_.corpus_root));
-  job->spec.mutable_data()->set_corpus_path(corpus);
-  if (!job->spec.model().init_from().empty()) {
-    ASSIGN_OR_RETURN(const std::string model_dir,
-                     ConfinePath("model.init_from",
-                                 job->spec.model().init_from(),
-                                 options_.corpus_root));
-    job->spec.mutable_model()->set_init_from(model_dir);
-  }
-  if (std::filesystem::path dir = job->spec.checkpoint().directory();
-      !dir.empty()) {
-    if (dir.is_relative()) dir = std::filesystem::path(options_.data_dir) / dir;
-    ASSIGN_OR_RETURN(const std::string confined,
-                     ConfinePath("checkpoint.directory", dir.string(),
-                                 options_.checkpoint_root));
-    job->spec.mutable_checkpoint()->set_directory(confined);
-  }
-  const int threads = job->spec.training().threads() > 0
-                          ? static_cast<int>(job->spec.training().threads())
-                          : options_.threads;
-  const DataShard shard = DataShardOf(assignment);
-  ASSIGN_OR_RETURN(job->trainer, trainer_factory_(job->spec, shard, threads));
-  RoundRunnerOptions runner_options;
-  runner_options.job_id = job->job_id;
-  runner_options.spec = job->spec;
-  runner_options.on_progress = [this](const RoundProgress& p) { SetProgress(p); };
-  job->runner = std::make_unique<RoundRunner>(
-      std::move(runner_options), job->trainer.get(), transport_, &clock_);
-  if (model_fetcher_) {
-    // Re-synchronisation (after a failed all-reduce, or when the
-    // coordinator names a source) fetches from a member over FetchModel.
-    const uint64_t job_id = job->job_id;
-    const uint64_t model_elements = job->trainer->params().size();
-    job->runner->set_resync_fetcher(
-        [this, job_id, model_elements](const v1::PeerAssignment& member) {
-          return model_fetcher_(member, job_id, worker_id_.load(),
-                                model_elements);
-        });
-  }
-  {
-    absl::MutexLock lock(&mu_);
-    progress_.Clear();
-    progress_.set_job_id(job->job_id);
-  }
-  if (options_.metrics != nullptr)
-    options_.metrics->BeginJob(job->job_id, worker_id_.load());
-
-  // A member's model first (it is current), else our own newest usable
-  // checkpoint of this job, else theta_0, but only in round 0: a worker
-  // never starts from initial weights in a job that has trained (it would
-  // gossip them into trained peers); it reports why and asks again.
-  absl::Status fetch_error;
-  bool have_model = false;
-  if (assignment.has_model_source() &&
-      assignment.model_source().worker_id() != 0 && model_fetcher_) {
-    const std::string what =
-        absl::StrCat("fetching the model from worker ",
-                     assignment.model_source().worker_id());
-    auto model = model_fetcher_(assignment.model_source(), job->job_id,
-                                worker_id_.load(),
-                                job->trainer->params().size());
-    if (model.ok())
-      fetch_error = Annotate(job->runner->InstallFetchedModel(*model), what);
-    else
-      fetch_error = Annotate(model.status(), what);
-    if (fetch_error.ok()) {
-      have_model = true;
-      GASLOC_LOG(INFO) << "job " << job->job_id << ": joined with the model of "
-                       << "worker " << assignment.model_source().worker_id()
-                       << " at round " << model->round << " ("
-                       << (model->optimizer_m.empty()
-                               ? "no AdamW state sent: inner optimizer starts cold"
-                               : absl::StrCat("AdamW state at step ",
-                                              model->optimizer_step))
-                       << ")";
-    } else {
-      GASLOC_LOG(WARNING) << "job " << job->job_id << ": " << fetch_error
-                          << "; falling back to this worker's checkpoint";
-    }
-  }
-  if (!have_model)
-    have_model = ResumeFromCheckpoint(
-        *job, assignment.has_resume_from() ? &assignment.resume_from() : nullptr);
-  if (!have_model && assignment.round() > 0)
-    return absl::FailedPreconditionError(absl::StrCat(
-        "job ", job->job_id, " is at round ", assignment.round(),
-        " and this worker has no model of it (",
-        fetch_error.ok() ? "no member to fetch it from"
-                         : std::string(fetch_error.message()),
-        "; no usable checkpoint in ",
-        CheckpointPath(*job).empty() ? "(no checkpoint directory)"
-                                     : CheckpointPath(*job),
-        "): not starting from initial weights; asking again"));
-  GASLOC_LOG(INFO) << "job " << job->job_id << " (" << job->spec.name()
-                   << "): " << v1::Algorithm_Name(job->spec.outer().algorithm())
-                   << ", data rank " << shard.rank << " of "
-                   << shard.num_workers << ", " << threads << " thread(s)";
-  job_ = std::move(job);
-  return job_.get();
-}
-
-bool WorkerDaemon::WriteCheckpoint(Job& job, const std::string& path) {
-  namespace fs = std::filesystem;
-  const absl::Time start = clock_.Now();
-  std::error_code ignored;  // SaveCheckpoint reports a missing directory
-  fs::create_directories(fs::path(path).parent_path(), ignored);
-  // Keep the previous ones (pruned to checkpoints_kept): shift <path>.i to
-  // <path>.i+1, the oldest falling off, and hard-link the latest as
-  // <path>.1; the new file then replaces <path> atomically, so a crash at
-  // any point leaves the latest or the previous checkpoint.
-  const std::vector<std::string> kept = CheckpointCandidates(job);
-  if (kept.size() >= 2 && fs::exists(path)) {
-    fs::remove(kept.back(), ignored);
-    for (size_t i = kept.size() - 1; i >= 2; --i)
-      if (fs::exists(kept[i - 1])) fs::rename(kept[i - 1], kept[i], ignored);
-    fs::create_hard_link(path, kept[1], ignored);
-  }
-  absl::Status saved = job.runner->SaveCheckpoint(path);
-  if (!saved.ok()) {
-    GASLOC_LOG(WARNING) << "job " << job.job_id << ": checkpoint failed: "
-                        << saved;
-    return false;
-  }
-  job.checkpointed_next_round = job.runner->next_round();
-  const absl::Duration took = clock_.Now() - start;
-  GASLOC_LOG(INFO) << "job " << job.job_id << ": checkpoint " << path
-                   << " written in " << took;
-  if (options_.metrics != nullptr)
-    options_.metrics->RecordCheckpoint(absl::ToDoubleSeconds(took));
-  return true;
-}
-
 void WorkerDaemon::DropJob(const std::string& why) {
   if (job_ == nullptr) return;
   GASLOC_LOG(INFO) << "job " << job_->job_id << " dropped: " << why;
@@ -416,22 +173,6 @@ void WorkerDaemon::DropJob(const std::string& why) {
   job_.reset();
   absl::MutexLock lock(&served_mu_);
   served_.reset();
-}
-
-void WorkerDaemon::KeepServedModel(Job& job) {
-  auto copy = std::make_shared<ServedModel>();
-  copy->job_id = job.job_id;
-  copy->round = job.runner->next_round();
-  auto take = [](std::vector<float>& to, const FloatArena* from) {
-    if (from != nullptr) to.assign(from->flat().begin(), from->flat().end());
-  };
-  take(copy->params, &job.trainer->params());
-  take(copy->outer, &job.runner->outer_state());
-  take(copy->m, job.trainer->optimizer_m());
-  take(copy->v, job.trainer->optimizer_v());
-  copy->optimizer_step = job.trainer->optimizer_step();
-  absl::MutexLock lock(&served_mu_);
-  served_ = std::move(copy);
 }
 
 absl::Status WorkerDaemon::RunAssignment(const v1::Assignment& assignment,
@@ -496,45 +237,8 @@ absl::Status WorkerDaemon::RunAssignment(const v1::Assignment& assignment,
     }
     return report.status();
   }
-  job->last_round = static_cast<int64_t>(assignment.round());
-  if (!IsGossipAlgorithm(job->spec.outer().algorithm())) KeepServedModel(*job);
-  if (options_.metrics != nullptr)
-    options_.metrics->RecordRound(
-        *report, absl::ToDoubleSeconds(clock_.Now() - round_start),
-        job->runner->failure_codes());
-  // The report says whether this round's checkpoint was written (the
-  // coordinator's checkpoint sets are made of these).
-  uint64_t checkpoint_next_round = 0;
-  if (RoundDutiesAfter(job->spec, assignment.round()).checkpoint) {
-    SetProgress({.round = assignment.round(),
-                 .inner_step = assignment.local_steps(),
-                 .train_loss = report->train_loss(),
-                 .activity = v1::WORKER_ACTIVITY_CHECKPOINTING});
-    if (WriteCheckpoint(*job, CheckpointPath(*job)))
-      checkpoint_next_round = job->runner->next_round();
-  }
-  {
-    absl::MutexLock lock(&mu_);
-    progress_.set_total_inner_steps(progress_.total_inner_steps() +
-                                    report->inner_steps());
-    progress_.set_tokens(progress_.tokens() + report->tokens());
-    if (report->val_bpb() > 0) progress_.set_val_bpb(report->val_bpb());
-    // The one definition of a link figure (common/link_bandwidth.h), over
-    // the wire time (the wait for peers is not the link's); an exchange
-    // that measured nothing keeps the last figure.
-    const double link = LinkBytesPerSecond(
-        report->bytes_sent(), report->bytes_received(),
-        report->wire_seconds());
-    if (link > 0) progress_.set_link_bytes_per_second(static_cast<float>(link));
-  }
-  GASLOC_LOG(INFO) << "job " << job->job_id << " round " << assignment.round()
-                   << " done: loss " << report->train_loss() << ", val bpb "
-                   << report->val_bpb() << ", exchange "
-                   << report->exchange_seconds() << " s, wire "
-                   << report->wire_seconds() << " s, waiting "
-                   << report->wait_seconds() << " s, peer distance "
-                   << report->peer_distance() << ", "
-                   << report->failed_peers_size() << " failed peer(s)";
+  const uint64_t checkpoint_next_round =
+      FinishRound(*job, assignment, *report, round_start);
   *outcome = v1::ROUND_OUTCOME_COMPLETED;
   v1::ReportRoundRequest completed = *report;
   completed.set_outcome(v1::ROUND_OUTCOME_COMPLETED);
@@ -542,6 +246,51 @@ absl::Status WorkerDaemon::RunAssignment(const v1::Assignment& assignment,
   if (IsUnknownJob(SendReport(completed)))
     DropJob("the coordinator does not know the job (its state was lost)");
   return absl::OkStatus();
+}
+
+uint64_t WorkerDaemon::FinishRound(Job& job, const v1::Assignment& assignment,
+                                   const v1::ReportRoundRequest& report,
+                                   absl::Time round_start) {
+  job.last_round = static_cast<int64_t>(assignment.round());
+  if (!IsGossipAlgorithm(job.spec.outer().algorithm())) KeepServedModel(job);
+  if (options_.metrics != nullptr)
+    options_.metrics->RecordRound(
+        report, absl::ToDoubleSeconds(clock_.Now() - round_start),
+        job.runner->failure_codes());
+  // The report says whether this round's checkpoint was written (the
+  // coordinator's checkpoint sets are made of these).
+  uint64_t checkpoint_next_round = 0;
+  if (RoundDutiesAfter(job.spec, assignment.round()).checkpoint) {
+    SetProgress({.round = assignment.round(),
+                 .inner_step = assignment.local_steps(),
+                 .train_loss = report.train_loss(),
+                 .activity = v1::WORKER_ACTIVITY_CHECKPOINTING});
+    if (WriteCheckpoint(job, CheckpointPath(job)))
+      checkpoint_next_round = job.runner->next_round();
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    progress_.set_total_inner_steps(progress_.total_inner_steps() +
+                                    report.inner_steps());
+    progress_.set_tokens(progress_.tokens() + report.tokens());
+    if (report.val_bpb() > 0) progress_.set_val_bpb(report.val_bpb());
+    // The one definition of a link figure (common/link_bandwidth.h), over
+    // the wire time (the wait for peers is not the link's); an exchange
+    // that measured nothing keeps the last figure.
+    const double link = LinkBytesPerSecond(
+        report.bytes_sent(), report.bytes_received(),
+        report.wire_seconds());
+    if (link > 0) progress_.set_link_bytes_per_second(static_cast<float>(link));
+  }
+  GASLOC_LOG(INFO) << "job " << job.job_id << " round " << assignment.round()
+                   << " done: loss " << report.train_loss() << ", val bpb "
+                   << report.val_bpb() << ", exchange "
+                   << report.exchange_seconds() << " s, wire "
+                   << report.wire_seconds() << " s, waiting "
+                   << report.wait_seconds() << " s, peer distance "
+                   << report.peer_distance() << ", "
+                   << report.failed_peers_size() << " failed peer(s)";
+  return checkpoint_next_round;
 }
 
 absl::Status WorkerDaemon::SendReport(v1::ReportRoundRequest report) {
@@ -569,6 +318,33 @@ absl::Status WorkerDaemon::SendReport(v1::ReportRoundRequest report) {
     backoff = std::min(2 * backoff, options_.max_retry_backoff);
   }
   return absl::CancelledError("shutting down before the report was accepted");
+}
+
+bool WorkerDaemon::RunAndReport(const v1::Assignment& assignment) {
+  v1::RoundOutcome outcome = v1::ROUND_OUTCOME_UNSPECIFIED;
+  absl::Status ran = RunAssignment(assignment, &outcome);
+  if (stopping_) return false;
+  if (ran.ok()) return true;
+  const absl::Status error = Annotate(
+      ran, absl::StrCat("job ", assignment.job_id(), " round ",
+                        assignment.round()));
+  GASLOC_LOG(ERROR) << error;
+  if (options_.metrics != nullptr)
+    options_.metrics->RecordRoundError(ran.code());
+  {
+    absl::MutexLock lock(&mu_);
+    last_error_ = error;
+  }
+  // The coordinator learns every failure with its reason (a job
+  // nobody can set up then ends FAILED instead of running empty).
+  v1::ReportRoundRequest failure;
+  failure.set_job_id(assignment.job_id());
+  failure.set_round(assignment.round());
+  failure.set_outcome(outcome);
+  failure.set_error(std::string(error.message()));
+  SendReport(std::move(failure)).IgnoreError();  // logged there
+  WaitForShutdown(options_.retry_backoff);
+  return true;
 }
 
 void WorkerDaemon::PollOnce() {
@@ -612,30 +388,7 @@ void WorkerDaemon::PollOnce() {
   }
   switch (assignment->kind()) {
     case v1::ASSIGNMENT_KIND_ROUND: {
-      v1::RoundOutcome outcome = v1::ROUND_OUTCOME_UNSPECIFIED;
-      absl::Status ran = RunAssignment(*assignment, &outcome);
-      if (stopping_) return;
-      if (!ran.ok()) {
-        const absl::Status error = Annotate(
-            ran, absl::StrCat("job ", assignment->job_id(), " round ",
-                              assignment->round()));
-        GASLOC_LOG(ERROR) << error;
-        if (options_.metrics != nullptr)
-          options_.metrics->RecordRoundError(ran.code());
-        {
-          absl::MutexLock lock(&mu_);
-          last_error_ = error;
-        }
-        // The coordinator learns every failure with its reason (a job
-        // nobody can set up then ends FAILED instead of running empty).
-        v1::ReportRoundRequest failure;
-        failure.set_job_id(assignment->job_id());
-        failure.set_round(assignment->round());
-        failure.set_outcome(outcome);
-        failure.set_error(std::string(error.message()));
-        SendReport(std::move(failure)).IgnoreError();  // logged there
-        WaitForShutdown(options_.retry_backoff);
-      }
+      if (!RunAndReport(*assignment)) return;  // shutting down
       poll_job_id_ = assignment->job_id();
       poll_after_round_ = static_cast<int64_t>(assignment->round());
       break;
@@ -672,54 +425,4 @@ absl::Status WorkerDaemon::Run() {
   if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
   return absl::OkStatus();
 }
-
-absl::StatusOr<ModelSnapshot> WorkerDaemon::SnapshotModel(uint64_t job_id) {
-  {
-    // All-reduce jobs: the copy kept after the last round, served without
-    // waiting for the round that runs now (a member re-synchronising
-    // after round r asks while this worker may already train round r+1,
-    // whose ring waits for that member).
-    absl::MutexLock lock(&served_mu_);
-    if (served_ != nullptr && served_->job_id == job_id) {
-      ModelSnapshot snapshot;
-      snapshot.job_id = job_id;
-      snapshot.round = served_->round;
-      snapshot.params = served_->params;
-      snapshot.outer_state = served_->outer;
-      snapshot.optimizer_m = served_->m;
-      snapshot.optimizer_v = served_->v;
-      snapshot.optimizer_step = served_->optimizer_step;
-      snapshot.keep_alive = served_;
-      return snapshot;
-    }
-  }
-  absl::MutexLock job_lock(&job_mu_);
-  if (job_ == nullptr || job_->job_id != job_id)
-    return absl::FailedPreconditionError(absl::StrCat(
-        "worker ", worker_id_.load(), " holds no model of job ", job_id));
-  // Copies taken under job_mu_ (between rounds), so the served model is
-  // consistent while the next round runs.
-  struct Copy {
-    std::vector<float> params, outer, m, v;
-  };
-  auto copy = std::make_shared<Copy>();
-  auto take = [](std::vector<float>& to, const FloatArena* from) {
-    if (from != nullptr) to.assign(from->flat().begin(), from->flat().end());
-  };
-  take(copy->params, &job_->trainer->params());
-  take(copy->outer, &job_->runner->outer_state());
-  take(copy->m, job_->trainer->optimizer_m());
-  take(copy->v, job_->trainer->optimizer_v());
-  ModelSnapshot snapshot;
-  snapshot.job_id = job_id;
-  snapshot.round = job_->runner->next_round();
-  snapshot.params = copy->params;
-  snapshot.outer_state = copy->outer;
-  snapshot.optimizer_m = copy->m;
-  snapshot.optimizer_v = copy->v;
-  snapshot.optimizer_step = job_->trainer->optimizer_step();
-  snapshot.keep_alive = copy;
-  return snapshot;
-}
-
 }  // namespace gasloc

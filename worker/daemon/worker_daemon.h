@@ -47,6 +47,7 @@
 #include "common/clock.h"
 #include "gasloc/v1/coordinator.pb.h"
 #include "worker/daemon/coordinator_link.h"
+#include "worker/daemon/state_directory.h"
 #include "worker/exchange/model_fetch.h"
 #include "worker/exchange/peer_transport.h"
 #include "worker/round/inner_trainer.h"
@@ -93,11 +94,6 @@ struct DataShard {
   int num_workers = 1;
 };
 
-// The worker's stable name, kept in `<data_dir>/worker_name`: read if the
-// file is there, else made (16 random hex digits after "w-") and written
-// atomically. UNAVAILABLE if the directory cannot be created or written.
-absl::StatusOr<std::string> LoadOrCreateWorkerName(const std::string& data_dir);
-
 // The one place a worker's data rank is decided: the coordinator's rank
 // among the epoch's members, of as many shards as the ring lists (the
 // all-reduce algorithms) or as the job has workers (gossip); never fewer
@@ -117,6 +113,22 @@ using TrainerFactory = std::function<absl::StatusOr<std::unique_ptr<InnerTrainer
 using ModelFetcher = std::function<absl::StatusOr<FetchedModel>(
     const v1::PeerAssignment& source, uint64_t job_id, uint64_t self_id,
     uint64_t model_elements)>;
+
+// The daemon's policy for a fetch from another member: each gets
+// kModelFetchTimeout from the time it starts (on `clock`). `fetch` is the
+// transport's call (server/ has the gRPC one) with that deadline.
+inline constexpr absl::Duration kModelFetchTimeout = absl::Minutes(5);
+using DeadlineModelFetcher = std::function<absl::StatusOr<FetchedModel>(
+    const v1::PeerAssignment& source, uint64_t job_id, uint64_t self_id,
+    uint64_t model_elements, absl::Time deadline)>;
+ModelFetcher WithFetchDeadline(DeadlineModelFetcher fetch, const Clock& clock,
+                               absl::Duration timeout = kModelFetchTimeout);
+
+// Keeps the previous checkpoints of a job before a new one replaces
+// `kept[0]` (the latest; kept[i] = <path>.i, CheckpointCandidates): shifts
+// each to the next name, the oldest falling off, and hard-links the latest
+// as <path>.1. Nothing when kept[0] does not exist or one is kept.
+void RotateCheckpoints(const std::vector<std::string>& kept);
 
 class WorkerDaemon {
  public:
@@ -151,6 +163,17 @@ class WorkerDaemon {
   // round.
   absl::StatusOr<ModelSnapshot> SnapshotModel(uint64_t job_id);
 
+  // The model as the last round of an all-reduce job left it (one model
+  // copy of parameters, outer state and AdamW moments), so a member that
+  // re-synchronises is served without waiting for job_mu_; also the copy
+  // SnapshotModel takes of a gossip job's model between rounds.
+  struct ServedModel {
+    uint64_t job_id = 0;
+    uint64_t round = 0;  // the next round the model expects
+    std::vector<float> params, outer, m, v;
+    uint64_t optimizer_step = 0;
+  };
+
   // This worker's id: set by every (re-)registration, read by everyone
   // else (the mailbox learns it through the identity listener).
   uint64_t worker_id() const { return worker_id_.load(); }
@@ -165,20 +188,56 @@ class WorkerDaemon {
   uint64_t job_id() const;
 
  private:
-  struct Job;
+  struct Job {
+    uint64_t job_id = 0;
+    v1::JobSpec spec;
+    DataShard shard;
+    int threads = 0;
+    std::unique_ptr<InnerTrainer> trainer;
+    std::unique_ptr<RoundRunner> runner;
+    int64_t last_round = -1;  // last round completed (reported)
+    // Next round of the model in the newest checkpoint written; 0 = none.
+    uint64_t checkpointed_next_round = 0;
+  };
+
+  // ------------------------------------------ the loop (worker_daemon.cc)
+  void DropJob(const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(job_mu_);
+  void SetProgress(const RoundProgress& progress);
+  // Waits `d` on the clock; true (at once) if Shutdown() was called.
+  bool WaitForShutdown(absl::Duration d);
   // Runs the assignment's round and reports it; `outcome` says how far it
   // got (SETUP_FAILED, FAILED or COMPLETED) when it returns an error.
   absl::Status RunAssignment(const v1::Assignment& assignment,
                              v1::RoundOutcome* outcome);
+  // RunAssignment, and on an error: logged, counted, kept in last_error()
+  // and reported to the coordinator as the round's failure. False when
+  // Shutdown() was called while the round ran (nothing reported).
+  bool RunAndReport(const v1::Assignment& assignment);
+  // After a completed round: the served copy, the metrics, the checkpoint
+  // when one is due (returns its next round, 0 = none written), progress.
+  uint64_t FinishRound(Job& job, const v1::Assignment& assignment,
+                       const v1::ReportRoundRequest& report,
+                       absl::Time round_start);
   // ReportRound with this worker's current id, retried with back-off
   // (retry_backoff doubling up to max_retry_backoff) while the coordinator
   // is unavailable, until accepted or Shutdown(); any other error is
   // returned (the report is stale: the coordinator forgot the worker or
   // the job).
   absl::Status SendReport(v1::ReportRoundRequest report);
+  // ------------------------------------------- set-up (job_setup.cc)
+  // The job of the assignment, held in job_ (the one held, or a new one
+  // replacing it: NewJob, then LoadJobModel).
   absl::StatusOr<Job*> PrepareJob(const v1::Assignment& assignment)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(job_mu_);
-  void DropJob(const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(job_mu_);
+  // A job's spec with its paths confined (path_confinement.h), its trainer
+  // and round runner.
+  absl::StatusOr<std::unique_ptr<Job>> NewJob(const v1::Assignment& assignment);
+  // The new job's model: a member's (Assignment.model_source), else this
+  // worker's newest usable checkpoint, else theta_0 in round 0 only
+  // (FAILED_PRECONDITION naming why otherwise).
+  absl::Status LoadJobModel(Job& job, const v1::Assignment& assignment);
+
+  // --------------------------------- checkpoints (daemon_checkpoints.cc)
   std::string CheckpointPath(const Job& job) const;
   // The job's checkpoints, newest first (the latest, then <path>.1, ...).
   std::vector<std::string> CheckpointCandidates(const Job& job) const;
@@ -191,15 +250,16 @@ class WorkerDaemon {
   // Loads the first of the job's checkpoints that loads (with `next_round`:
   // that holds the model for that round); false if none.
   bool LoadFirstUsable(Job& job, std::optional<uint64_t> next_round);
+  // Saves the job's checkpoint to `path` after RotateCheckpoints (logs a
+  // failure; records the duration in the metrics); true when written.
+  bool WriteCheckpoint(Job& job, const std::string& path);
+
+  // ------------------------------------- serving (model_serving.cc)
   // All-reduce jobs: keeps a copy of the model as the round left it
   // (served_), which SnapshotModel serves while the next round runs.
   void KeepServedModel(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(job_mu_);
-  // Saves the job's checkpoint to `path` (logs a failure; records the
-  // duration in the metrics); true when written.
-  bool WriteCheckpoint(Job& job, const std::string& path);
-  void SetProgress(const RoundProgress& progress);
-  // Waits `d` on the clock; true (at once) if Shutdown() was called.
-  bool WaitForShutdown(absl::Duration d);
+  // A copy of the job's model (params, outer state, AdamW moments).
+  static std::shared_ptr<ServedModel> CopyModel(const Job& job);
 
   const WorkerDaemonOptions options_;
   const Clock& clock_;
@@ -233,15 +293,8 @@ class WorkerDaemon {
   mutable absl::Mutex job_mu_;
   std::unique_ptr<Job> job_ ABSL_GUARDED_BY(job_mu_);
 
-  // The model as the last round of an all-reduce job left it (one model
-  // copy of parameters, outer state and AdamW moments), so a member that
-  // re-synchronises is served without waiting for job_mu_.
-  struct ServedModel {
-    uint64_t job_id = 0;
-    uint64_t round = 0;  // the next round the model expects
-    std::vector<float> params, outer, m, v;
-    uint64_t optimizer_step = 0;
-  };
+  // The model served to re-synchronising members of an all-reduce job
+  // (KeepServedModel).
   mutable absl::Mutex served_mu_;
   std::shared_ptr<const ServedModel> served_ ABSL_GUARDED_BY(served_mu_);
 

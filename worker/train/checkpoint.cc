@@ -13,6 +13,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "common/atomic_file.h"
 #include "common/crc32c.h"
 #include "common/job_spec.h"
 #include "common/status_macros.h"
@@ -362,50 +363,14 @@ absl::Status WriteCheckpoint(const std::string& path,
   const uint64_t file_bytes = counter.bytes() + kTrailerBytes;
 
   RemoveStaleTemporaries(path);
-  // A fresh file with an unpredictable name, created exclusively and never
-  // through a symbolic link: a link planted at the temporary name cannot
-  // redirect the write (O_EXCL fails on any existing name, O_NOFOLLOW on a
-  // link), and rename() replaces a link at `path` itself, not its target.
-  std::random_device random;
-  const std::string tmp = absl::StrCat(
-      path, ".tmp.",
-      absl::Hex((uint64_t{random()} << 32) | random(), absl::kZeroPad16));
-  const int fd = ::open(tmp.c_str(),
-                        O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
-                        0600);
-  if (fd < 0) return IoError("cannot create", tmp);
-  std::FILE* file = ::fdopen(fd, "wb");
-  if (file == nullptr) {
-    absl::Status s = IoError("cannot open", tmp);
-    ::close(fd);
-    std::remove(tmp.c_str());
-    return s;
-  }
-  Sink sink(file);
-  Serialize(view, file_bytes, &sink);
-  const uint32_t crc = sink.crc();
-  const bool wrote = sink.ok() && std::fwrite(&crc, 1, 4, file) == 4 &&
-                     std::fflush(file) == 0 && ::fsync(::fileno(file)) == 0;
-  const int saved_errno = errno;
-  if (std::fclose(file) != 0 || !wrote) {
-    errno = saved_errno;
-    absl::Status s = IoError("cannot write", tmp);
-    std::remove(tmp.c_str());
-    return s;
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    absl::Status s = IoError(absl::StrCat("cannot rename ", tmp, " to"), path);
-    std::remove(tmp.c_str());
-    return s;
-  }
-  std::filesystem::path dir = std::filesystem::path(path).parent_path();
-  if (dir.empty()) dir = std::filesystem::current_path();
-  const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir_fd < 0) return IoError("cannot open directory", dir.string());
-  const int synced = ::fsync(dir_fd);
-  ::close(dir_fd);
-  if (synced != 0) return IoError("cannot fsync directory", dir.string());
-  return absl::OkStatus();
+  // common/atomic_file.h: a fresh temporary, fsynced, renamed over `path`,
+  // the folder fsynced.
+  return WriteFileAtomically(path, [&](std::FILE* file) {
+    Sink sink(file);
+    Serialize(view, file_bytes, &sink);
+    const uint32_t crc = sink.crc();
+    return sink.ok() && std::fwrite(&crc, 1, 4, file) == 4;
+  });
 }
 
 absl::StatusOr<ModelConfig> ReadCheckpointConfig(const std::string& path) {

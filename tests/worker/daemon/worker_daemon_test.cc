@@ -84,8 +84,9 @@ class FakeCoordinator final : public CoordinatorLink {
         return absl::NotFoundError(
             absl::StrCat("unknown worker ", request.worker_id()));
       if (forgotten_jobs_.count(request.job_id()))
-        return absl::NotFoundError(
-            absl::StrCat("job ", request.job_id(), " not found"));
+        return WithErrorKind(absl::NotFoundError(absl::StrCat(
+                                 "job ", request.job_id(), " not found")),
+                             kJobNotFound);
       if (!assignments_.empty()) {
         v1::Assignment next = assignments_.front();
         assignments_.pop_front();
@@ -108,8 +109,9 @@ class FakeCoordinator final : public CoordinatorLink {
     if (!KnownLocked(request.worker_id()))
       return absl::NotFoundError("unknown worker");
     if (forgotten_jobs_.count(request.job_id()))
-      return absl::NotFoundError(
-          absl::StrCat("job ", request.job_id(), " not found"));
+      return WithErrorKind(absl::NotFoundError(absl::StrCat(
+                               "job ", request.job_id(), " not found")),
+                           kJobNotFound);
     reports_.push_back(request);
     return absl::OkStatus();
   }

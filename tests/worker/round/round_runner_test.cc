@@ -24,7 +24,6 @@ namespace {
 
 using testing::FakeLayout;
 using testing::FakeTrainer;
-using testing::WaitFor;
 
 constexpr uint64_t kJob = 42;
 
