@@ -76,6 +76,14 @@ struct OuterBuffers {
         momentum(params.shared_layout()),
         scratch(params.shared_layout()) {}
   FloatArena theta_start;
+  // Set when theta_start already holds the next round's start point and
+  // the live parameters are ahead of it: after an overlapped round,
+  // theta_start is the mixed point and the parameters add the steps taken
+  // beside the exchange, which so enter the next round's pseudo-gradient
+  // (OverlappedExchange::Apply; algorithms.md section 5). The runner then
+  // keeps theta_start at the round's start instead of copying the
+  // parameters; anything that replaces the parameters clears it.
+  bool start_carried = false;
   FloatArena y;
   FloatArena y_prev;
   FloatArena momentum;
@@ -106,12 +114,16 @@ class InnerStepLoop {
     uint64_t tokens = 0;
     double loss_sum = 0;
     double seconds = 0;
+    // The round was cancelled before more() stopped the steps: `taken`
+    // steps were applied, the next one was not started.
+    bool cancelled = false;
   };
   virtual ~InnerStepLoop() = default;
   // Steps while more(taken) holds, each at schedule position
   // position(taken), with one progress report a step numbered from
-  // first_step + 1. A cancelled round stops with CANCELLED; a failed step
-  // returns its error.
+  // first_step + 1. A cancelled round stops at the next step boundary
+  // with Taken.cancelled set (the steps taken so far are applied and
+  // counted); a failed step returns its error.
   virtual absl::StatusOr<Taken> Take(
       uint32_t first_step, absl::FunctionRef<bool(uint32_t taken)> more,
       absl::FunctionRef<uint64_t(uint32_t taken)> position) = 0;

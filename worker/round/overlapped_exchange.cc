@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <future>
+#include <string>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
@@ -13,6 +14,10 @@ namespace gasloc {
 
 absl::StatusOr<ExchangeResult> OverlappedExchange::Exchange(OuterRound& round,
                                                             FloatArena& model) {
+  start_pending_ = false;  // a round that was not applied carries nothing
+  // No peer: nothing to wait for, so nothing to compute beside.
+  if (round.assignment->peers_size() == 0)
+    return exchange_->Exchange(round, model);
   if (!model_) {
     model_.emplace(model.shared_layout());
     base_.emplace(model.shared_layout());
@@ -33,33 +38,61 @@ absl::StatusOr<ExchangeResult> OverlappedExchange::Exchange(OuterRound& round,
     if (done.valid()) done.wait();
   };
   // Inner steps while the exchange runs, up to kOverlapStepFactor * H in
-  // the round, at the schedule position of the round's last planned step.
+  // the round. They are the next round's first steps (their change enters
+  // its pseudo-gradient, Apply), so they take the schedule position of
+  // the next round's start.
   const uint64_t round_number = round.assignment->round();
   const uint32_t nominal = context_.spec->outer().local_steps();
   const uint32_t budget = round.assignment->local_steps();
   const uint64_t cap = static_cast<uint64_t>(kOverlapStepFactor) * nominal;
   const uint64_t allowed = cap > budget ? cap - budget : 0;
-  const uint64_t last_planned = ScheduleStep(round_number, nominal, budget,
-                                             budget > 0 ? budget - 1 : 0);
+  const uint64_t next_start = ScheduleStep(round_number + 1, nominal, budget, 0);
   absl::StatusOr<InnerStepLoop::Taken> during = round.steps->Take(
       budget, [&](uint32_t taken) { return !exchange_done && taken < allowed; },
-      [last_planned](uint32_t) { return last_planned; });
+      [next_start](uint32_t) { return next_start; });
   const absl::Time computed = context_.clock->Now();
   done.get();  // rethrows what the exchange threw
   const double waited = absl::ToDoubleSeconds(context_.clock->Now() - computed);
   round.report->MergeFrom(exchanged);
-  if (absl::IsCancelled(during.status())) return during.status();
-  if (!during.ok())
-    return absl::Status(during.status().code(),
-                        absl::StrCat("round ", round_number,
-                                     ": an inner step taken during the "
-                                     "exchange: ",
-                                     during.status().message()));
+  // An exchange that failed fails the round as it would without the
+  // overlap (the runner restores the round's start).
   if (!result.ok()) return result.status();
-  // theta' = mix(theta_Hi) + (theta_now - theta_Hi).
-  AddLocalChange(model_->flat(), base_->flat(), model.flat());
-  RecordSteps(round, *during, allowed, waited);
+  // The exchange completed: the peers have mixed this worker's point, so
+  // the round stands whatever happened beside it, as a plain round's
+  // exchange does. A cancel only stopped the steps (those taken are
+  // kept); a failed step drops the steps taken beside the exchange.
+  InnerStepLoop::Taken kept;
+  if (during.ok()) {
+    kept = *during;
+    // theta' = mix(theta_Hi) + (theta_now - theta_Hi).
+    AddLocalChange(model_->flat(), base_->flat(), model.flat());
+  } else {
+    const std::string why = absl::StrCat(
+        "an inner step beside the exchange failed (",
+        during.status().ToString(),
+        "); the round keeps its exchange and drops the steps taken beside it");
+    GASLOC_LOG(WARNING) << "job " << context_.job_id << " round "
+                        << round_number << ": " << why;
+    round.report->set_failure_reason(
+        round.report->failure_reason().empty()
+            ? why
+            : absl::StrCat(round.report->failure_reason(), "; ", why));
+    model.CopyFrom(*model_);
+  }
+  start_pending_ = true;
+  RecordSteps(round, kept, allowed, waited);
   return result;
+}
+
+void OverlappedExchange::Apply() {
+  exchange_->Apply();
+  if (!start_pending_) return;
+  // The next round starts from the mixed point; the parameters hold it
+  // plus the steps taken beside the exchange.
+  OuterBuffers& b = *context_.buffers;
+  b.theta_start.CopyFrom(*model_);
+  b.start_carried = true;
+  start_pending_ = false;
 }
 
 void OverlappedExchange::RecordSteps(OuterRound& round,
@@ -75,6 +108,8 @@ void OverlappedExchange::RecordSteps(OuterRound& round,
         (report->train_loss() * planned + during.loss_sum) /
         (planned + extra)));
   report->set_compute_seconds(report->compute_seconds() + during.seconds);
+  report->set_overlap_steps(extra);
+  report->set_overlap_compute_seconds(during.seconds);
   // Waiting is now only the time the worker did not compute: blocked on an
   // exchange that outlasted the steps it was allowed.
   report->set_wait_seconds(waited);
@@ -83,7 +118,8 @@ void OverlappedExchange::RecordSteps(OuterRound& round,
                    << " inner steps during the exchange (H_i="
                    << round.assignment->local_steps() << ", at most "
                    << allowed << "), " << absl::StrFormat("%.3f", waited)
-                   << " s waited after them";
+                   << " s waited after them"
+                   << (during.cancelled ? " (the round was cancelled)" : "");
 }
 
 }  // namespace gasloc

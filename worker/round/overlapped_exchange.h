@@ -2,9 +2,11 @@
 // touches no trainer state (OuterAlgorithm::RunsBesideInnerSteps; the
 // registry refuses the others): the exchange mixes a copy of theta at H_i
 // on a thread this object owns while the round keeps taking inner steps,
-// up to kOverlapStepFactor * H in the round, at the schedule position of
-// its last planned step; then theta' = mixed copy + the change those steps
-// made (algorithms.md section 5, "Computing through the exchange").
+// up to kOverlapStepFactor * H in the round; then theta' = mixed copy +
+// the change those steps made. Those steps are the next round's first
+// inner steps: at its schedule position, and its pseudo-gradient is taken
+// from the mixed point, so the outer optimizer sees them like any other
+// (algorithms.md section 5, "Computing through the exchange").
 //
 // Thread safety: as OuterAlgorithm. The wrapped exchange runs on
 // thread_ (one for the job's life, not one per round) and touches only the
@@ -40,11 +42,17 @@ class OverlappedExchange : public OuterAlgorithm {
   absl::Status Prepare(OuterRound& round) override {
     return exchange_->Prepare(round);
   }
-  // An error of a step taken during the exchange is returned (the runner
-  // restores the round's start); a cancelled round returns CANCELLED.
+  // Once the wrapped exchange completed, the round stands: a cancel stops
+  // the steps beside it (those taken are kept) and a failed step drops
+  // them (the model is the exchange's result), so both ends of an edge
+  // agree that the exchange was used. An exchange that failed is
+  // returned as it is (the runner restores the round's start).
   absl::StatusOr<ExchangeResult> Exchange(OuterRound& round,
                                           FloatArena& model) override;
-  void Apply() override { exchange_->Apply(); }
+  // The wrapped algorithm's Apply, then the next round's start: the mixed
+  // point, the parameters being ahead of it by the steps taken beside the
+  // exchange (OuterBuffers::start_carried).
+  void Apply() override;
   bool KeepsPreviousIterate() const override {
     return exchange_->KeepsPreviousIterate();
   }
@@ -66,6 +74,8 @@ class OverlappedExchange : public OuterAlgorithm {
   // theta at H_i.
   std::optional<FloatArena> model_;
   std::optional<FloatArena> base_;
+  // Exchange completed a round whose start point Apply is to carry.
+  bool start_pending_ = false;
   BackgroundThread thread_;  // last: joined before the buffers go
 };
 

@@ -106,7 +106,12 @@ absl::StatusOr<v1::ReportRoundRequest> RoundRunner::RunRound(
     ResyncFromSource(assignment, &report);
 
   FloatArena& params = trainer_->params();
-  buffers_.theta_start.CopyFrom(params);
+  // theta_t: the parameters, unless the previous round left its start
+  // point aside (an overlapped round: the steps beside its exchange are
+  // this round's first).
+  if (!buffers_.start_carried) buffers_.theta_start.CopyFrom(params);
+  buffers_.start_carried = false;
+  const absl::Time round_start = clock_->Now();
   OuterRound outer{.assignment = &assignment,
                    .report = &report,
                    .failure_codes = &failure_codes_,
@@ -116,6 +121,7 @@ absl::StatusOr<v1::ReportRoundRequest> RoundRunner::RunRound(
     params.CopyFrom(buffers_.theta_start);
     return exchanged.status();
   }
+  report.set_round_seconds(Seconds(clock_->Now() - round_start));
   RETURN_IF_ERROR(FinishRound(assignment, *exchanged, &report));
   return report;
 }
@@ -177,10 +183,10 @@ absl::StatusOr<InnerStepLoop::Taken> RoundRunner::Take(
   const uint64_t round = round_->assignment->round();
   Taken done;
   for (; more(done.taken); ++done.taken) {
-    if (cancelled_)
-      return absl::CancelledError(absl::StrCat(
-          "round ", round, " abandoned after ", first_step + done.taken,
-          " steps"));
+    if (cancelled_) {
+      done.cancelled = true;
+      break;
+    }
     trainer_->SetScheduleStep(position(done.taken));
     ASSIGN_OR_RETURN(InnerStepResult step, trainer_->Step());
     done.tokens += step.tokens;
@@ -216,6 +222,9 @@ absl::Status RoundRunner::TakePlanned() {
           [&](uint32_t taken) {
             return ScheduleStep(round, nominal, steps, taken);
           }));
+  if (done.cancelled)
+    return absl::CancelledError(absl::StrCat(
+        "round ", round, " abandoned after ", done.taken, " steps"));
   report->set_inner_steps(steps);
   report->set_compute_seconds(done.seconds);
   report->set_tokens(done.tokens);

@@ -17,6 +17,10 @@ constexpr char kPrevIterate[] = "outer.y_prev";
 constexpr char kMomentum[] = "outer.momentum";
 constexpr char kNextRound[] = "outer.next_round";
 constexpr char kJobId[] = "outer.job_id";
+// The next round's start point when the parameters are ahead of it (an
+// overlapped round's mixed point, OuterBuffers::start_carried); absent
+// otherwise.
+constexpr char kRoundStart[] = "outer.round_start";
 
 }  // namespace
 
@@ -42,6 +46,10 @@ absl::Status RoundRunner::InstallFetchedModel(const FetchedModel& model) {
         model.optimizer_m.size(), " and ", model.optimizer_v.size(),
         " floats; this job's model has ", n));
   std::copy(model.params.begin(), model.params.end(), params.data());
+  // A member's parameters come without its round start: the next round
+  // starts from them (the member's steps beside its last exchange count
+  // there as local change of weight 1).
+  buffers_.start_carried = false;
   if (!model.outer_state.empty())
     std::copy(model.outer_state.begin(), model.outer_state.end(),
               outer_state().data());
@@ -138,6 +146,9 @@ absl::Status RoundRunner::SaveCheckpoint(const std::string& path) {
   outer.buffers[kMomentum].assign(buffers_.momentum.flat().begin(), buffers_.momentum.flat().end());
   outer.values[kNextRound] = absl::StrCat(next_round_);
   outer.values[kJobId] = absl::StrCat(options_.job_id);
+  if (buffers_.start_carried)
+    outer.buffers[kRoundStart].assign(buffers_.theta_start.flat().begin(),
+                                      buffers_.theta_start.flat().end());
   return trainer_->SaveCheckpoint(path, outer);
 }
 
@@ -173,6 +184,13 @@ absl::Status RoundRunner::LoadCheckpoint(const std::string& path,
             "checkpoint ", path, ": ", name, " has ", size,
             " floats, the model needs ", arena->size()));
     }
+    auto start = outer.buffers.find(kRoundStart);
+    if (start != outer.buffers.end() &&
+        start->second.size() != buffers_.theta_start.size())
+      return absl::DataLossError(absl::StrCat(
+          "checkpoint ", path, ": ", kRoundStart, " has ",
+          start->second.size(), " floats, the model needs ",
+          buffers_.theta_start.size()));
     return absl::OkStatus();
   };
   ASSIGN_OR_RETURN(CheckpointExtras outer, trainer_->LoadCheckpoint(path, check));
@@ -181,6 +199,11 @@ absl::Status RoundRunner::LoadCheckpoint(const std::string& path,
     const std::vector<float>& buffer = outer.buffers[name];
     std::copy(buffer.begin(), buffer.end(), arena->data());
   }
+  auto start = outer.buffers.find(kRoundStart);
+  buffers_.start_carried = start != outer.buffers.end();
+  if (buffers_.start_carried)
+    std::copy(start->second.begin(), start->second.end(),
+              buffers_.theta_start.data());
   next_round_ = next_round;
   return absl::OkStatus();
 }

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/clock.h"
 #include "worker/round/inner_trainer.h"
@@ -48,6 +49,9 @@ class FakeTrainer : public InnerTrainer {
   absl::StatusOr<InnerStepResult> ComputeGradients() override {
     if (clock_ != nullptr) clock_->Advance(step_time_);
     if (real_step_time_ > absl::ZeroDuration()) absl::SleepFor(real_step_time_);
+    if (fail_from_step_ >= 0 && steps_ >= fail_from_step_)
+      return absl::InternalError(
+          absl::StrCat("injected failure of step ", steps_));
     if (poison_next_step_) {
       params_.data()[0] = std::nanf("");
       poison_next_step_ = false;
@@ -96,6 +100,9 @@ class FakeTrainer : public InnerTrainer {
   }
 
   void PoisonNextStep() { poison_next_step_ = true; }
+  // Every step from the `step`-th (0-based, counted over the trainer's
+  // life) fails with INTERNAL, changing nothing.
+  void FailStepsFrom(int step) { fail_from_step_ = step; }
   bool HasCheckpoint(const std::string& path) const {
     return saved_.count(path) > 0;
   }
@@ -120,6 +127,7 @@ class FakeTrainer : public InnerTrainer {
   FloatArena params_, grads_, target_;
   float step_;
   bool poison_next_step_ = false;
+  int fail_from_step_ = -1;
   FakeClock* clock_ = nullptr;
   absl::Duration step_time_;
   absl::Duration real_step_time_;

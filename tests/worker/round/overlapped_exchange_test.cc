@@ -1,0 +1,226 @@
+// outer.overlap_exchange (worker/round/overlapped_exchange.h): steps taken
+// beside a late peer's exchange, their place in the outer optimizer and
+// on the schedule, and a pair that stays consistent when the round is
+// cancelled or a step fails beside the exchange.
+#include "worker/round/overlapped_exchange.h"
+
+#include <memory>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/support/wait_for.h"
+#include "tests/worker/round/fake_trainer.h"
+#include "tests/worker/round/sim_worker.h"
+
+namespace gasloc {
+namespace {
+
+using testing::FakeLayout;
+using testing::FakeTrainer;
+using testing::GossipAssignment;
+using testing::SimWorker;
+using testing::Spec;
+
+std::vector<float> Values(FloatArena& arena) {
+  return std::vector<float>(arena.flat().begin(), arena.flat().end());
+}
+
+// What a worker with the fake trainer's target +1 changes in `extra` steps
+// taken after `planned` steps from theta_0: the change beside the exchange.
+std::vector<float> ChangeOfSteps(uint32_t planned, uint32_t extra) {
+  FakeTrainer solo(FakeLayout(), +1.0f);
+  for (uint32_t h = 0; h < planned; ++h) EXPECT_TRUE(solo.Step().ok());
+  const std::vector<float> before = Values(solo.params());
+  for (uint32_t h = 0; h < extra; ++h) EXPECT_TRUE(solo.Step().ok());
+  std::vector<float> change = Values(solo.params());
+  for (size_t i = 0; i < change.size(); ++i) change[i] -= before[i];
+  return change;
+}
+
+// Worker 1 (overlap on, 20 ms steps) and worker 2 (no overlap, 250 ms
+// steps, starting once worker 1 is in its exchange) run round 0 with 2
+// planned steps each; `before_late` runs on the test thread once worker 1
+// exchanges, before worker 2 starts.
+struct LatePair {
+  explicit LatePair(const v1::JobSpec& spec, bool overlap) {
+    v1::JobSpec first = spec;
+    first.mutable_outer()->set_overlap_exchange(overlap);
+    w.push_back(std::make_unique<SimWorker>(network, 1, first, +1.0f));
+    w.push_back(std::make_unique<SimWorker>(network, 2, spec, -1.0f));
+    w[0]->trainer.SleepOnEveryStep(absl::Milliseconds(20));
+    w[1]->trainer.SleepOnEveryStep(absl::Milliseconds(250));
+  }
+  void RunRound0(const std::function<void()>& late_start = [] {}) {
+    std::thread second([&] {
+      EXPECT_TRUE(WaitFor([&] { return w[0]->exchanging.load(); },
+                          absl::Seconds(30)));
+      late_start();
+      late = w[1]->runner.RunRound(GossipAssignment(0, 2, {1}, 0.5f, kBudget));
+    });
+    first = w[0]->runner.RunRound(GossipAssignment(0, 1, {2}, 0.5f, kBudget));
+    second.join();
+  }
+  static constexpr uint32_t kBudget = 2;
+  InProcessNetwork network;
+  std::vector<std::unique_ptr<SimWorker>> w;
+  absl::StatusOr<v1::ReportRoundRequest> first = absl::UnknownError("not run");
+  absl::StatusOr<v1::ReportRoundRequest> late = absl::UnknownError("not run");
+};
+
+v1::JobSpec OverlapSpec() {
+  v1::JobSpec spec = Spec(v1::ALGORITHM_GASLOC);
+  spec.mutable_outer()->set_local_steps(10);
+  spec.mutable_outer()->set_min_local_steps(1);
+  spec.mutable_outer()->set_momentum_placement(v1::MOMENTUM_PLACEMENT_LOCAL);
+  return spec;
+}
+
+// Worker 2 reaches the exchange 500 ms late (its 2 steps take 250 ms
+// each). Worker 1 keeps stepping meanwhile (up to 8 H = 80 in the round)
+// instead of waiting, and its result is exactly the round without overlap
+// plus the change its extra steps made from theta at H_i: the mixing (so
+// worker 2's model) is the same in both runs. The extra steps are the next
+// round's first: they take the schedule position of round 1's start
+// (before: that of round 0's last planned step, 5).
+TEST(OverlappedExchange, ComputesThroughALatePeersExchange) {
+  const v1::JobSpec spec = OverlapSpec();
+  LatePair plain(spec, false);
+  plain.RunRound0();
+  LatePair overlapped(spec, true);
+  overlapped.RunRound0();
+  for (LatePair* run : {&plain, &overlapped}) {
+    ASSERT_TRUE(run->first.ok()) << run->first.status();
+    ASSERT_TRUE(run->late.ok()) << run->late.status();
+  }
+  const v1::ReportRoundRequest& report = *overlapped.first;
+  EXPECT_EQ(plain.first->inner_steps(), LatePair::kBudget);
+  EXPECT_GT(plain.first->exchange_seconds(), 0.2);  // the late peer
+  // Steps while waiting: at least a few, at most 8 H in the round.
+  const uint32_t extra = report.inner_steps() - LatePair::kBudget;
+  EXPECT_GE(extra, 3u);
+  EXPECT_LE(report.inner_steps(), kOverlapStepFactor * 10u);
+  EXPECT_EQ(report.overlap_steps(), extra);
+  EXPECT_GT(report.overlap_compute_seconds(), 0.0);
+  EXPECT_LT(report.overlap_compute_seconds(), report.compute_seconds());
+  // The round's wall time, not compute + exchange (they overlap).
+  EXPECT_GT(report.round_seconds(), 0.4);
+  EXPECT_LT(report.round_seconds(),
+            report.compute_seconds() + report.exchange_seconds());
+  EXPECT_EQ(report.failed_peers_size(), 0);
+  // Idle only after the last step (the steps could have covered 760 ms).
+  EXPECT_LT(report.wait_seconds(), 0.2);
+  EXPECT_EQ(report.tokens(), 64u * report.inner_steps());
+  const std::vector<uint64_t>& positions =
+      overlapped.w[0]->trainer.schedule_steps();
+  ASSERT_EQ(positions.size(), report.inner_steps());
+  EXPECT_EQ(positions[0], 0u);
+  EXPECT_EQ(positions[1], 5u);
+  for (size_t k = LatePair::kBudget; k < positions.size(); ++k)
+    EXPECT_EQ(positions[k], 10u) << "step beside the exchange " << k;
+  // Worker 2 mixed the same copy of worker 1 (theta at H_i) in both runs.
+  EXPECT_EQ(Values(overlapped.w[1]->trainer.params()),
+            Values(plain.w[1]->trainer.params()));
+  // theta_1 = plain result + (theta after H_i + extra steps - theta at H_i).
+  const std::vector<float> change = ChangeOfSteps(LatePair::kBudget, extra);
+  const std::vector<float> plain_1 = Values(plain.w[0]->trainer.params());
+  const std::vector<float> params_1 = Values(overlapped.w[0]->trainer.params());
+  for (size_t i = 0; i < params_1.size(); ++i)
+    ASSERT_NEAR(params_1[i], plain_1[i] + change[i], 1e-6f) << "element " << i;
+}
+
+// The steps beside round 0's exchange enter round 1's pseudo-gradient:
+// round 1 starts from the mixed point M (not from M + d, the parameters),
+// so with eta = 1/2, gamma = 0 and no peer in round 1 its result is
+// M + eta (theta_after_round_1_steps - M). Before, round 1 started from
+// M + d and the d steps were added with weight 1, outside the outer
+// optimizer: M + d + eta (theta - M - d).
+TEST(OverlappedExchange, StepsBesideTheExchangeEnterTheNextPseudoGradient) {
+  v1::JobSpec spec = OverlapSpec();
+  spec.mutable_outer()->set_gamma(0.0f);
+  spec.mutable_outer()->set_eta(0.5f);
+  LatePair plain(spec, false);
+  plain.RunRound0();
+  LatePair overlapped(spec, true);
+  overlapped.RunRound0();
+  ASSERT_TRUE(plain.first.ok() && overlapped.first.ok());
+  ASSERT_GT(overlapped.first->inner_steps(), LatePair::kBudget);
+  const std::vector<float> mixed = Values(plain.w[0]->trainer.params());
+  SimWorker& worker = *overlapped.w[0];
+  // Round 1's one step, replayed from the parameters round 0 left.
+  FakeTrainer replay(FakeLayout(), +1.0f);
+  const std::vector<float> after_round_0 = Values(worker.trainer.params());
+  std::copy(after_round_0.begin(), after_round_0.end(), replay.params().data());
+  ASSERT_TRUE(replay.Step().ok());
+  const std::vector<float> stepped = Values(replay.params());
+  auto round1 = worker.runner.RunRound(GossipAssignment(1, 1, {}, 0.5f, 1));
+  ASSERT_TRUE(round1.ok()) << round1.status();
+  EXPECT_EQ(round1->inner_steps(), 1u);  // no peer: nothing to overlap
+  const std::vector<float> result = Values(worker.trainer.params());
+  for (size_t i = 0; i < result.size(); ++i)
+    ASSERT_NEAR(result[i], mixed[i] + 0.5f * (stepped[i] - mixed[i]), 2e-6f)
+        << "element " << i;
+}
+
+// A cancel that arrives while steps run beside the exchange stops those
+// steps, but the exchange completes and the round stands, as a plain
+// round's exchange does: worker 2 mixed worker 1's point, so worker 1
+// keeps the mixed model too (plus the steps it took before the cancel).
+// Before, the round returned CANCELLED and worker 1 went back to the
+// round's start while worker 2 kept the pair average: the pair's mean
+// moved by half their gap. gamma = 0, eta = 1: the mixing is the exact
+// pair average, so worker 1 - (its steps' change) equals worker 2.
+TEST(OverlappedExchange, ACancelBesideTheExchangeKeepsThePairConsistent) {
+  v1::JobSpec spec = OverlapSpec();
+  spec.mutable_outer()->set_gamma(0.0f);
+  spec.mutable_outer()->set_eta(1.0f);
+  LatePair pair(spec, true);
+  pair.RunRound0([&] {
+    EXPECT_TRUE(WaitFor([&] { return pair.w[0]->inner_step.load() > 3; },
+                        absl::Seconds(30)));
+    pair.w[0]->runner.Cancel();
+  });
+  ASSERT_TRUE(pair.first.ok()) << pair.first.status();
+  ASSERT_TRUE(pair.late.ok()) << pair.late.status();
+  const uint32_t extra = pair.first->overlap_steps();
+  EXPECT_GE(extra, 2u);
+  // Stopped at the cancel, long before the exchange ended (500 ms later).
+  EXPECT_LT(extra, 10u);
+  EXPECT_EQ(pair.first->failed_peers_size(), 0);
+  const std::vector<float> change = ChangeOfSteps(LatePair::kBudget, extra);
+  const std::vector<float> first = Values(pair.w[0]->trainer.params());
+  const std::vector<float> second = Values(pair.w[1]->trainer.params());
+  for (size_t i = 0; i < first.size(); ++i)
+    ASSERT_NEAR(first[i] - change[i], second[i], 1e-6f) << "element " << i;
+}
+
+// A step that fails beside the exchange drops the steps taken beside it;
+// the round keeps its exchange (worker 1 holds the pair average, as
+// worker 2 does) and says why in the report. Before, the round failed and
+// worker 1 went back to the round's start.
+TEST(OverlappedExchange, AStepFailingBesideTheExchangeKeepsThePairConsistent) {
+  v1::JobSpec spec = OverlapSpec();
+  spec.mutable_outer()->set_gamma(0.0f);
+  spec.mutable_outer()->set_eta(1.0f);
+  LatePair pair(spec, true);
+  pair.w[0]->trainer.FailStepsFrom(LatePair::kBudget + 2);
+  pair.RunRound0();
+  ASSERT_TRUE(pair.first.ok()) << pair.first.status();
+  ASSERT_TRUE(pair.late.ok()) << pair.late.status();
+  EXPECT_EQ(pair.first->overlap_steps(), 0u);
+  EXPECT_EQ(pair.first->inner_steps(), LatePair::kBudget);
+  EXPECT_THAT(pair.first->failure_reason(),
+              ::testing::HasSubstr("an inner step beside the exchange failed"));
+  EXPECT_THAT(pair.first->failure_reason(),
+              ::testing::HasSubstr("injected failure of step 4"));
+  const std::vector<float> first = Values(pair.w[0]->trainer.params());
+  const std::vector<float> second = Values(pair.w[1]->trainer.params());
+  for (size_t i = 0; i < first.size(); ++i)
+    ASSERT_NEAR(first[i], second[i], 1e-6f) << "element " << i;
+}
+
+}  // namespace
+}  // namespace gasloc
