@@ -33,14 +33,16 @@ absl::StatusOr<ExchangeResult> OverlappedExchange::Exchange(OuterRound& round,
     if (done.valid()) done.wait();
   };
   // Inner steps while the exchange runs, up to kOverlapStepFactor * H in
-  // the round, at the schedule position of the round's last planned step.
+  // the round, at the schedule position of the round's last planned step
+  // (and, on a horizon, at the round's planned end).
   const uint64_t round_number = round.assignment->round();
   const uint32_t nominal = context_.spec->outer().local_steps();
   const uint32_t budget = round.assignment->local_steps();
   const uint64_t cap = static_cast<uint64_t>(kOverlapStepFactor) * nominal;
   const uint64_t allowed = cap > budget ? cap - budget : 0;
-  const uint64_t last_planned = ScheduleStep(round_number, nominal, budget,
-                                             budget > 0 ? budget - 1 : 0);
+  const SchedulePoint last_planned{
+      ScheduleStep(round_number, nominal, budget, budget > 0 ? budget - 1 : 0),
+      ScheduleProgressAtEnd(*round.assignment)};
   absl::StatusOr<InnerStepLoop::Taken> during = round.steps->Take(
       budget, [&](uint32_t taken) { return !exchange_done && taken < allowed; },
       [last_planned](uint32_t) { return last_planned; });

@@ -171,7 +171,7 @@ absl::Status RoundRunner::EvaluateIfDue(const v1::Assignment& assignment,
 absl::StatusOr<InnerStepLoop::Taken> RoundRunner::Take(
     uint32_t first_step,
     absl::FunctionRef<bool(uint32_t taken)> more,
-    absl::FunctionRef<uint64_t(uint32_t taken)> position) {
+    absl::FunctionRef<SchedulePoint(uint32_t taken)> position) {
   const absl::Time start = clock_->Now();
   absl::Time step_start = start;
   const uint64_t round = round_->assignment->round();
@@ -181,7 +181,7 @@ absl::StatusOr<InnerStepLoop::Taken> RoundRunner::Take(
       return absl::CancelledError(absl::StrCat(
           "round ", round, " abandoned after ", first_step + done.taken,
           " steps"));
-    trainer_->SetScheduleStep(position(done.taken));
+    trainer_->SetSchedulePoint(position(done.taken));
     ASSIGN_OR_RETURN(InnerStepResult step, trainer_->Step());
     done.tokens += step.tokens;
     done.loss_sum += step.loss;
@@ -214,7 +214,7 @@ absl::Status RoundRunner::TakePlanned() {
       Take(
           0, [steps](uint32_t taken) { return taken < steps; },
           [&](uint32_t taken) {
-            return ScheduleStep(round, nominal, steps, taken);
+            return PlannedSchedulePoint(assignment, nominal, taken);
           }));
   report->set_inner_steps(steps);
   report->set_compute_seconds(done.seconds);

@@ -245,6 +245,32 @@ TEST(RoundRunner, TheScheduleFollowsTheRoundsWhateverTheBudget) {
   EXPECT_EQ(ScheduleStep(3, 80, 0, 0), 240u);
 }
 
+// Issue 32 item 5: a round the coordinator placed on the job's horizon
+// (wall-clock, tokens) has its steps' cosine follow the horizon fraction,
+// from the round's start to its planned end, whatever the budget; the
+// step positions (the warmup) are as before. Without a schedule the
+// steps carry no fraction (the rounds x H schedule, unchanged).
+TEST(RoundRunner, StepsTakeTheAssignmentsHorizonProgress) {
+  v1::JobSpec spec = Spec(v1::ALGORITHM_GASLOC);
+  spec.mutable_outer()->set_local_steps(8);
+  InProcessNetwork network;
+  SimWorker w(network, 1, spec, 1.0f);
+  v1::Assignment placed = GossipAssignment(3, 1, {}, 0.5f, 4);
+  placed.set_has_schedule(true);
+  placed.set_schedule_progress_begin(0.25);
+  placed.set_schedule_progress_end(0.5);
+  ASSERT_TRUE(w.runner.RunRound(placed).ok());
+  ASSERT_TRUE(w.runner.RunRound(GossipAssignment(4, 1, {}, 0.5f, 2)).ok());
+  EXPECT_THAT(w.trainer.schedule_progress(),
+              ::testing::ElementsAre(0.25, 0.3125, 0.375, 0.4375, -1, -1));
+  EXPECT_THAT(w.trainer.schedule_steps(),
+              ::testing::ElementsAre(24, 26, 28, 30, 32, 36));
+  // Steps beside the exchange are at the round's planned end.
+  EXPECT_EQ(ScheduleProgressAtEnd(placed), 0.5);
+  EXPECT_EQ(ScheduleProgressAtEnd(GossipAssignment(3, 1, {}, 0.5f, 4)),
+            std::nullopt);
+}
+
 // outer.overlap_exchange: worker 2 reaches the exchange 500 ms late (it
 // starts once worker 1 is in its exchange, and its 2 steps take 250 ms
 // each). Worker 1 keeps stepping meanwhile (20 ms steps, up to 8 H = 80 in the
