@@ -147,6 +147,12 @@ class SoakRun(harness.Run):
 
     def job_spec(self):
         spec = super().job_spec()
+        if self.args.decay_rounds:
+            # The soak ends the job itself (stop_after_tail), at no limit
+            # the coordinator knows: the cosine's horizon is the round
+            # the soak expects to stop at, in steps (a ROUNDS horizon).
+            spec["training"]["adamw"]["decaySteps"] = str(
+                self.args.decay_rounds * self.sc.local_steps)
         if self.args.gamma is not None:
             spec["outer"]["gamma"] = self.args.gamma
         if self.args.placement is not None:
@@ -600,6 +606,13 @@ def parse_args(argv):
     p.add_argument("--rounds", type=int, default=None,
                    help="stop.max_rounds, a bound only (default: twice "
                    "the faults' grid plus --tail)")
+    p.add_argument("--decay-rounds", type=int, default=None,
+                   help="job rounds the learning rate anneals over "
+                   "(adamw.decay_steps = this x H; then it stays at the "
+                   "floor). Default: the round the soak expects to stop "
+                   "at, --first-round + faults x --spacing + --tail; 0 = "
+                   "over stop.max_rounds, a bound the soak never reaches "
+                   "(no annealing: the soak before issue 32)")
     p.add_argument("--gamma", type=float, default=None,
                    help="the job's outer.gamma (GASLoC momentum; default: "
                    "the job spec's default)")
@@ -624,6 +637,13 @@ def parse_args(argv):
         # fault recovered, wherever recoveries shifted it to.
         args.rounds = (args.first_round + 2 * args.faults * args.spacing +
                        args.tail)
+    if args.decay_rounds is None:
+        # Where the soak stops with no fault shifting the grid (a late
+        # recovery stops it later, at the floor rate).
+        args.decay_rounds = (args.first_round + args.faults * args.spacing +
+                             args.tail)
+    if args.decay_rounds < 0:
+        p.error("--decay-rounds must be at least 0")
     return args
 
 

@@ -53,6 +53,37 @@ absl::Status CheckPath(absl::string_view field, absl::string_view path) {
   return absl::OkStatus();
 }
 
+// training.schedule_horizon names a stop limit that is set, and
+// adamw.decay_steps (a horizon in steps) goes with ROUNDS only.
+absl::Status CheckScheduleHorizon(const v1::JobSpec& spec) {
+  const v1::ScheduleHorizon h = spec.training().schedule_horizon();
+  if (!v1::ScheduleHorizon_IsValid(h))
+    return absl::InvalidArgumentError(
+        "training.schedule_horizon is not a known value");
+  const v1::StopCondition& s = spec.stop();
+  const uint64_t decay_steps = spec.training().adamw().decay_steps();
+  const std::string name = v1::ScheduleHorizon_Name(h);
+  if (h == v1::SCHEDULE_HORIZON_ROUNDS && s.max_rounds() == 0 &&
+      decay_steps == 0)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "training.schedule_horizon ", name, " needs stop.max_rounds or "
+        "training.adamw.decay_steps (the horizon in steps); neither is set"));
+  if (h == v1::SCHEDULE_HORIZON_TOKENS && s.max_tokens() == 0)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "training.schedule_horizon ", name, " needs stop.max_tokens, which "
+        "is not set"));
+  if (h == v1::SCHEDULE_HORIZON_SECONDS && s.max_wall_seconds() == 0)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "training.schedule_horizon ", name, " needs stop.max_wall_seconds, "
+        "which is not set"));
+  if (h != v1::SCHEDULE_HORIZON_ROUNDS && decay_steps > 0)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "training.adamw.decay_steps must be 0 with training.schedule_horizon ",
+        name, " (it is a horizon in steps, for SCHEDULE_HORIZON_ROUNDS), got ",
+        decay_steps));
+  return absl::OkStatus();
+}
+
 bool ValidName(absl::string_view name) {
   if (name.empty() || name.size() > 64) return false;
   for (char c : name) {
@@ -85,6 +116,17 @@ uint32_t MaxGossipDegree(v1::Topology topology) {
 uint64_t ModelParameterCount(const v1::ModelSpec& model) {
   const uint64_t L = model.layers(), d = model.d_model(), T = model.context();
   return L * (12 * d * d + 13 * d) + d * (2 * 256 + T + 2);
+}
+
+v1::ScheduleHorizon ScheduleHorizonOf(const v1::JobSpec& spec) {
+  const v1::ScheduleHorizon set = spec.training().schedule_horizon();
+  if (set != v1::SCHEDULE_HORIZON_UNSPECIFIED) return set;
+  const v1::StopCondition& s = spec.stop();
+  const bool rounds_only =
+      s.max_rounds() > 0 && s.max_tokens() == 0 && s.max_wall_seconds() == 0;
+  return spec.training().adamw().decay_steps() > 0 || rounds_only
+             ? v1::SCHEDULE_HORIZON_ROUNDS
+             : v1::SCHEDULE_HORIZON_STOP;
 }
 
 v1::JobSpec ApplyJobSpecDefaults(const v1::JobSpec& in) {
@@ -120,6 +162,7 @@ v1::JobSpec ApplyJobSpecDefaults(const v1::JobSpec& in) {
   if (!adamw->has_eps()) adamw->set_eps(1e-8f);
   if (!adamw->has_weight_decay()) adamw->set_weight_decay(0.1f);
   if (!adamw->has_grad_clip()) adamw->set_grad_clip(1.0f);
+  training->set_schedule_horizon(ScheduleHorizonOf(spec));
 
   auto* data = spec.mutable_data();
   if (!data->has_train_fraction()) data->set_train_fraction(0.9f);
@@ -304,6 +347,7 @@ absl::Status ValidateJobSpec(const v1::JobSpec& raw) {
         "max_wall_seconds");
   GASLOC_CHECK_RANGE("stop.max_rounds", static_cast<double>(s.max_rounds()), 0,
                      1e9);
+  RETURN_IF_ERROR(CheckScheduleHorizon(spec));
   GASLOC_CHECK_RANGE("min_workers", spec.min_workers(), 1, 100000);
   GASLOC_CHECK_RANGE("max_workers", spec.max_workers(), 0, 100000);
   if (spec.max_workers() != 0 && spec.max_workers() < spec.min_workers())

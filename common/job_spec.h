@@ -36,6 +36,12 @@ inline constexpr uint32_t kDefaultMaxConsecutiveRoundFailures = 3;
 // Fields already set are kept as they are, even if out of range.
 v1::JobSpec ApplyJobSpecDefaults(const v1::JobSpec& spec);
 
+// The learning-rate schedule's horizon of `spec`, with UNSPECIFIED
+// resolved (also for a spec stored before the field existed): ROUNDS when
+// training.adamw.decay_steps > 0 or stop.max_rounds is the only stop limit
+// set, else STOP (job.proto ScheduleHorizon).
+v1::ScheduleHorizon ScheduleHorizonOf(const v1::JobSpec& spec);
+
 // Checks every field of `spec` (after applying defaults) against its range.
 // On failure returns INVALID_ARGUMENT whose message starts with the field's
 // path, e.g. "outer.alpha must be in (0, 1], got 2".

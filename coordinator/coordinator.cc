@@ -74,6 +74,9 @@ absl::Status Coordinator::Load(absl::Time now, bool restart) {
     for (StoredRound& r : rounds) {
       RoundRec rec = MakeRoundRec(job, r.round, r.epoch, r.deadline_unix_ms);
       rec.budgets = std::move(r.budgets);
+      if (r.schedule_begin >= 0)
+        rec.schedule_progress = ScheduleProgress{r.schedule_begin,
+                                                 r.schedule_end};
       job.next_round = std::max(job.next_round, r.round + 1);
       job.rounds[r.round] = std::move(rec);
     }

@@ -183,6 +183,10 @@ class Coordinator {
     int64_t deadline_unix_ms = 0;
     RoundSchedule schedule;
     std::vector<Budget> budgets;  // aligned with the epoch's members
+    // The round's place on the job's learning-rate horizon, decided at
+    // planning (so every member gets the same) and stored with the round;
+    // nullopt: the workers follow rounds x H (PlanScheduleProgress).
+    std::optional<ScheduleProgress> schedule_progress;
     // All-reduce algorithms: each member's replica report of the round,
     // and the decision once every member reported (memory only: after a
     // restart the next round's reports decide again).

@@ -54,6 +54,11 @@ v1::Assignment Coordinator::BuildAssignment(const JobRec& job,
   a.set_local_steps(round.budgets[rank].local_steps);
   a.set_budget_reason(round.budgets[rank].Reason());
   a.set_exchange_deadline_unix_ms(round.deadline_unix_ms);
+  if (round.schedule_progress) {
+    a.set_has_schedule(true);
+    a.set_schedule_progress_begin(round.schedule_progress->begin);
+    a.set_schedule_progress_end(round.schedule_progress->end);
+  }
 
   // A replica found apart from the majority after the previous round
   // fetches the model from a majority member of this round (the lowest id).

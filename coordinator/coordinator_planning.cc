@@ -132,6 +132,15 @@ Coordinator::PlanResult Coordinator::PlanNextRound(JobRec& job,
       now + absl::Seconds(plan.target_round_seconds) +
       absl::Milliseconds(st.spec().exchange().deadline_ms()));
   const std::string budget_event = RecordBudgetChanges(job, ids, plan);
+  const double elapsed = absl::ToDoubleSeconds(now - started);
+  rec.schedule_progress = PlanScheduleProgress(
+      st.spec(),
+      {.rounds_run = rounds_run,
+       .tokens = st.tokens(),
+       .seconds = elapsed,
+       .round_tokens = PlannedRoundTokens(st.spec(), plan.budgets),
+       .round_seconds =
+           ExpectedRoundSeconds(plan.target_round_seconds, r, elapsed)});
   rec.budgets = std::move(plan.budgets);
   StoreRound(job, std::move(rec), now);
   const double planning_seconds =
@@ -284,6 +293,10 @@ void Coordinator::StoreRound(JobRec& job, RoundRec rec, absl::Time now) {
   sr.epoch = rec.epoch;
   sr.planned_unix_ms = absl::ToUnixMillis(now);
   sr.deadline_unix_ms = rec.deadline_unix_ms;
+  if (rec.schedule_progress) {
+    sr.schedule_begin = rec.schedule_progress->begin;
+    sr.schedule_end = rec.schedule_progress->end;
+  }
   sr.budgets = std::move(rec.budgets);  // lent to the store, no copy
   Write([&](Store& s) { return s.PutRound(sr); });
   rec.budgets = std::move(sr.budgets);

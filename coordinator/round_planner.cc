@@ -46,6 +46,45 @@ std::optional<std::string> StopReason(const v1::JobSpec& spec,
   return std::nullopt;
 }
 
+std::optional<ScheduleProgress> PlanScheduleProgress(const v1::JobSpec& spec,
+                                                     const JobProgress& at) {
+  const v1::ScheduleHorizon horizon = ScheduleHorizonOf(spec);
+  if (horizon == v1::SCHEDULE_HORIZON_ROUNDS) return std::nullopt;
+  const v1::StopCondition& stop = spec.stop();
+  const bool stop_any = horizon == v1::SCHEDULE_HORIZON_STOP;
+  std::optional<ScheduleProgress> out;
+  // One limit's fractions, kept when the horizon uses it (the largest).
+  auto limit = [&](bool used, uint64_t max, double done, double step) {
+    if (!used || max == 0) return;
+    const double m = static_cast<double>(max);
+    const ScheduleProgress p{std::clamp(done / m, 0.0, 1.0),
+                             std::clamp((done + step) / m, 0.0, 1.0)};
+    if (!out) out = p;
+    out->begin = std::max(out->begin, p.begin);
+    out->end = std::max(out->end, p.end);
+  };
+  limit(stop_any, stop.max_rounds(), static_cast<double>(at.rounds_run), 1);
+  limit(stop_any || horizon == v1::SCHEDULE_HORIZON_TOKENS, stop.max_tokens(),
+        static_cast<double>(at.tokens), at.round_tokens);
+  limit(stop_any || horizon == v1::SCHEDULE_HORIZON_SECONDS,
+        stop.max_wall_seconds(), at.seconds, at.round_seconds);
+  return out;
+}
+
+double PlannedRoundTokens(const v1::JobSpec& spec,
+                          const std::vector<Budget>& budgets) {
+  double steps = 0;
+  for (const Budget& b : budgets) steps += b.local_steps;
+  return steps * spec.training().batch() * spec.model().context();
+}
+
+double ExpectedRoundSeconds(double target_round_seconds,
+                            uint64_t rounds_planned, double elapsed) {
+  if (target_round_seconds > 0) return target_round_seconds;
+  if (rounds_planned == 0) return 0;
+  return elapsed / static_cast<double>(rounds_planned);
+}
+
 double EstimateEtaSeconds(const v1::JobStatus& status, absl::Time now) {
   if (IsEnded(status.state())) return 0;
   if (status.state() != v1::JOB_STATE_RUNNING || status.started_unix_ms() == 0)

@@ -76,6 +76,45 @@ FailureDecision DecideFailure(const v1::JobSpec& spec, uint32_t consecutive,
 // stored before the field existed).
 uint32_t MaxConsecutiveRoundFailures(const v1::JobSpec& spec);
 
+// Where a round sits on the job's learning-rate horizon (job.proto
+// ScheduleHorizon), as fractions of it in [0, 1] at the round's start and
+// at its planned end (Assignment.schedule_progress_begin / _end).
+struct ScheduleProgress {
+  double begin = 0;
+  double end = 0;
+};
+
+// The job's progress when a round is planned, and what the round is
+// expected to add to it.
+struct JobProgress {
+  uint64_t rounds_run = 0;   // rounds counting toward max_rounds, before it
+  uint64_t tokens = 0;       // the job's tokens so far (status.tokens)
+  double seconds = 0;        // since the job started running
+  double round_tokens = 0;   // the round's planned steps x tokens a step
+  double round_seconds = 0;  // the round's planned length
+};
+
+// The round's place on the horizon of `spec` (ScheduleHorizonOf), from the
+// job's progress `at` its planning: begin = the done fraction of the
+// horizon's limit (rounds_run / max_rounds, tokens / max_tokens, seconds /
+// max_wall_seconds), end = that plus what the round adds (1 round,
+// round_tokens, round_seconds); STOP takes the largest begin and the
+// largest end over the limits set; both clamped to [0, 1]. nullopt for
+// ROUNDS: the workers follow rounds x H, as before the horizon existed.
+std::optional<ScheduleProgress> PlanScheduleProgress(const v1::JobSpec& spec,
+                                                     const JobProgress& at);
+
+// Tokens a round of `budgets` consumes: the planned steps times the
+// tokens of one step (batch x context, as the trainer counts them).
+double PlannedRoundTokens(const v1::JobSpec& spec,
+                          const std::vector<Budget>& budgets);
+
+// The planned length of a round: the budget plan's target round time
+// when it has one, else the mean time a round so far (`elapsed` seconds
+// over `rounds_planned`), else 0.
+double ExpectedRoundSeconds(double target_round_seconds,
+                            uint64_t rounds_planned, double elapsed);
+
 // Seconds until the first stop condition is reached at the rate observed
 // since `started`; < 0 = unknown.
 double EstimateEtaSeconds(const v1::JobStatus& status, absl::Time now);

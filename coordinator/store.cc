@@ -247,7 +247,7 @@ absl::StatusOr<StoredRound> RoundRow(Statement& q) {
   StoredRound r;
   std::string budgets;
   q.Read(r.job_id, r.round, r.epoch, r.planned_unix_ms, r.deadline_unix_ms,
-         budgets);
+         budgets, r.schedule_begin, r.schedule_end);
   auto decoded = DecodeBudgets(budgets);
   if (!decoded.ok())
     return Annotate(decoded.status(),
@@ -432,14 +432,17 @@ absl::Status Store::PutRound(const StoredRound& r) {
                 {{"job_id", r.job_id}, {"round", r.round}, {"epoch", r.epoch},
                  {"planned_unix_ms", r.planned_unix_ms},
                  {"deadline_unix_ms", r.deadline_unix_ms},
-                 {"budgets", SqlValue::Blob(EncodeBudgets(r.budgets))}});
+                 {"budgets", SqlValue::Blob(EncodeBudgets(r.budgets))},
+                 {"schedule_begin", r.schedule_begin},
+                 {"schedule_end", r.schedule_end}});
 }
 
 absl::StatusOr<std::vector<StoredRound>> Store::LoadRounds(uint64_t job_id,
                                                           uint64_t min_round) {
   return Rows<StoredRound>(db_,
                            "SELECT job_id, round, epoch, planned_unix_ms, "
-                           "deadline_unix_ms, budgets FROM rounds WHERE "
+                           "deadline_unix_ms, budgets, schedule_begin, "
+                           "schedule_end FROM rounds WHERE "
                            "job_id = ? AND round >= ? ORDER BY round",
                            {job_id, min_round}, RoundRow);
 }

@@ -28,7 +28,7 @@ struct sqlite3;
 
 namespace gasloc::coordinator {
 
-inline constexpr int kSchemaVersion = 3;
+inline constexpr int kSchemaVersion = 4;
 
 // Migrations()[v - 1] takes a database from version v - 1 to v.
 const std::vector<std::string>& Migrations();
@@ -101,6 +101,11 @@ struct StoredRound {
   uint64_t epoch = 0;
   int64_t planned_unix_ms = 0;
   int64_t deadline_unix_ms = 0;
+  // The round's place on the learning-rate horizon (coordinator.h
+  // RoundRec::schedule_progress); -1 = none (a ROUNDS horizon, or a round
+  // stored before schema version 4).
+  double schedule_begin = -1;
+  double schedule_end = -1;
   // Aligned with the epoch's sorted members (stored as fixed-size binary
   // records, so a round of 10,000 workers is one 560 KB blob).
   std::vector<Budget> budgets;

@@ -64,6 +64,14 @@ const std::vector<std::string>& Migrations() {
         ALTER TABLE job_members ADD COLUMN consecutive_failures INTEGER
           NOT NULL DEFAULT 0;
       )sql",
+      // 4: each round's place on the job's learning-rate horizon
+      // (Assignment.schedule_progress_begin / _end), so a restarted
+      // coordinator hands out the same numbers; -1 = none (the rounds x H
+      // schedule, and every round stored before this version).
+      R"sql(
+        ALTER TABLE rounds ADD COLUMN schedule_begin REAL NOT NULL DEFAULT -1;
+        ALTER TABLE rounds ADD COLUMN schedule_end REAL NOT NULL DEFAULT -1;
+      )sql",
   };
   return *kMigrations;
 }

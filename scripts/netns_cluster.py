@@ -221,12 +221,21 @@ class Run:
         exchange = {"deadlineMs": sc.exchange_deadline_ms}
         if sc.exchange_chunk_bytes:
             exchange["chunkBytes"] = sc.exchange_chunk_bytes
+        training = {"batch": sc.batch, "threads": sc.threads,
+                    "seed": str(args.seed),
+                    "adamw": {"lr": sc.lr, "warmupSteps": sc.warmup}}
+        # Unset: the job spec's rule (docs/algorithms.md section 1, "The
+        # schedule's horizon"): STOP for the bench scenarios, which set
+        # max_wall_seconds, so every algorithm anneals by the wall clock
+        # or its rounds, whichever ends it.
+        horizon = getattr(args, "schedule_horizon", None)
+        if horizon:
+            training["scheduleHorizon"] = \
+                "SCHEDULE_HORIZON_" + horizon.upper()
         spec = {
             "name": f"{sc.name}-{args.algorithm}-s{args.seed}",
             "model": sc.model,
-            "training": {"batch": sc.batch, "threads": sc.threads,
-                         "seed": str(args.seed),
-                         "adamw": {"lr": sc.lr, "warmupSteps": sc.warmup}},
+            "training": training,
             "data": {"corpusPath": corpus, "evalWindows": sc.eval_windows,
                      "evalIntervalRounds": sc.eval_every},
             "outer": outer,
@@ -467,6 +476,11 @@ def parse_args(argv):
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--rounds", type=int, default=None,
                    help="override the scenario's stop.max_rounds")
+    p.add_argument("--schedule-horizon",
+                   choices=["rounds", "tokens", "seconds", "stop"],
+                   help="the job's training.schedule_horizon (default: the "
+                   "job spec's rule, STOP when a scenario sets "
+                   "max_wall_seconds or max_tokens)")
     p.add_argument("--corpus", help="override the scenario's corpus")
     p.add_argument("--out", help="results folder (default runs/netns-"
                    "<scenario>-<algorithm>-s<seed>-<time>)")

@@ -7,6 +7,9 @@
 #     --seeds "S T"        default "1 2 3"
 #     --dpsgd-rounds N     D-PSGD does one step a round (default 2400; the
 #                          scenario's max_wall_seconds still applies)
+#     --schedule-horizon H rounds|tokens|seconds|stop for every run (default:
+#                          the job spec's rule: STOP with the scenarios'
+#                          max_wall_seconds, so D-PSGD anneals by the clock)
 #     --out DIR            default runs/sweep-<scenario>-<time>; each run in
 #                          DIR/<algorithm>-s<seed>, the comparison in DIR/compare
 #     --build DIR          passed to the harness
@@ -19,15 +22,17 @@ seeds="1 2 3"
 dpsgd_rounds=2400
 out=""
 build_args=()
+horizon_args=()
 scenario=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --algorithms) algorithms="$2"; shift 2 ;;
     --seeds) seeds="$2"; shift 2 ;;
     --dpsgd-rounds) dpsgd_rounds="$2"; shift 2 ;;
+    --schedule-horizon) horizon_args=(--schedule-horizon "$2"); shift 2 ;;
     --out) out="$2"; shift 2 ;;
     --build) build_args=(--build "$2"); shift 2 ;;
-    -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "netns_sweep: unknown option $1" >&2; exit 2 ;;
     *) scenario="$1"; shift ;;
   esac
@@ -47,7 +52,8 @@ for seed in $seeds; do
     dir="$out/$algorithm-s$seed"
     echo "netns_sweep: $name $algorithm seed $seed -> $dir"
     if python3 scripts/netns_cluster.py "$scenario" --algorithm "$algorithm" \
-        --seed "$seed" --out "$dir" "${build_args[@]}" "${extra[@]}"; then
+        --seed "$seed" --out "$dir" "${build_args[@]}" "${horizon_args[@]}" \
+        "${extra[@]}"; then
       runs+=("$dir")
     else
       echo "netns_sweep: $algorithm seed $seed failed (exit $?); see $dir/logs" >&2

@@ -60,6 +60,38 @@ TEST(JobSpec, DefaultsFollowTheAlgorithm) {
   EXPECT_EQ(local.outer().budget_policy(), v1::BUDGET_POLICY_UNIFORM);
 }
 
+// Issue 32 item 5: a job stopped by wall-clock or by tokens anneals over
+// that limit; jobs ended by max_rounds alone (or with decay_steps) keep
+// the rounds x H schedule they had.
+TEST(JobSpec, TheScheduleHorizonDefaultsToTheLimitsThatEndTheJob) {
+  auto horizon = [](uint64_t rounds, uint64_t tokens, uint64_t seconds,
+                    uint64_t decay_steps) {
+    v1::JobSpec spec = MinimalSpec();
+    spec.mutable_stop()->set_max_rounds(rounds);
+    spec.mutable_stop()->set_max_tokens(tokens);
+    spec.mutable_stop()->set_max_wall_seconds(seconds);
+    spec.mutable_training()->mutable_adamw()->set_decay_steps(decay_steps);
+    EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+    const v1::ScheduleHorizon resolved = ScheduleHorizonOf(spec);
+    EXPECT_EQ(ApplyJobSpecDefaults(spec).training().schedule_horizon(),
+              resolved);
+    return resolved;
+  };
+  EXPECT_EQ(horizon(10, 0, 0, 0), v1::SCHEDULE_HORIZON_ROUNDS);
+  EXPECT_EQ(horizon(10, 0, 240, 500), v1::SCHEDULE_HORIZON_ROUNDS);
+  EXPECT_EQ(horizon(0, 0, 240, 500), v1::SCHEDULE_HORIZON_ROUNDS);
+  EXPECT_EQ(horizon(30, 0, 240, 0), v1::SCHEDULE_HORIZON_STOP);
+  EXPECT_EQ(horizon(0, 0, 240, 0), v1::SCHEDULE_HORIZON_STOP);
+  EXPECT_EQ(horizon(0, 1000000, 0, 0), v1::SCHEDULE_HORIZON_STOP);
+  // An explicit choice is kept.
+  v1::JobSpec spec = MinimalSpec();
+  spec.mutable_stop()->set_max_wall_seconds(240);
+  spec.mutable_training()->set_schedule_horizon(v1::SCHEDULE_HORIZON_SECONDS);
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+  EXPECT_EQ(ApplyJobSpecDefaults(spec).training().schedule_horizon(),
+            v1::SCHEDULE_HORIZON_SECONDS);
+}
+
 TEST(JobSpec, OneLayerGlobalModelIsValid) {
   v1::JobSpec spec = MinimalSpec();
   spec.mutable_model()->set_layers(1);
@@ -154,6 +186,32 @@ INSTANTIATE_TEST_SUITE_P(
                    s->mutable_exchange()->set_encoding(v1::WIRE_ENCODING_INT8);
                  }},
         BadField{"stop", [](v1::JobSpec* s) { s->clear_stop(); }},
+        // A horizon whose limit is not set (issue 32 item 5).
+        BadField{"training.schedule_horizon",
+                 [](v1::JobSpec* s) {
+                   s->mutable_training()->set_schedule_horizon(
+                       v1::SCHEDULE_HORIZON_SECONDS);
+                 }},
+        BadField{"training.schedule_horizon",
+                 [](v1::JobSpec* s) {
+                   s->mutable_training()->set_schedule_horizon(
+                       v1::SCHEDULE_HORIZON_TOKENS);
+                 }},
+        BadField{"training.schedule_horizon",
+                 [](v1::JobSpec* s) {
+                   s->mutable_stop()->set_max_rounds(0);
+                   s->mutable_stop()->set_max_tokens(1000000);
+                   s->mutable_training()->set_schedule_horizon(
+                       v1::SCHEDULE_HORIZON_ROUNDS);
+                 }},
+        BadField{"training.adamw.decay_steps",
+                 [](v1::JobSpec* s) {
+                   s->mutable_stop()->set_max_wall_seconds(240);
+                   s->mutable_training()->set_schedule_horizon(
+                       v1::SCHEDULE_HORIZON_STOP);
+                   s->mutable_training()->mutable_adamw()->set_decay_steps(
+                       5000);
+                 }},
         BadField{"max_workers", [](v1::JobSpec* s) {
                    s->set_min_workers(4);
                    s->set_max_workers(2);

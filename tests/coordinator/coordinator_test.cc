@@ -640,6 +640,87 @@ TEST_F(CoordinatorTest, WallTimeStopAndEta) {
   EXPECT_EQ(coord_->GetJob(job)->state(), v1::JOB_STATE_FINISHED);
 }
 
+// Issue 32 item 5: a job ended by wall-clock anneals. Each round carries
+// its place on the horizon (seconds run over max_wall_seconds at planning,
+// and after the planned round time), the same for every member; it grows
+// with the clock and reaches 1 by the limit. A job ended by max_rounds
+// alone keeps the rounds x H schedule (no place in the assignment).
+TEST_F(CoordinatorTest, AWallClockJobsRoundsCarryTheirPlaceOnTheHorizon) {
+  const uint64_t a = Register(), b = Register();
+  v1::JobSpec spec = Spec(2, 0);
+  spec.mutable_stop()->set_max_wall_seconds(60);
+  const uint64_t job = Start(spec);
+  double last_begin = -1, last_end = 0;
+  for (uint64_t r = 0;; ++r) {
+    SCOPED_TRACE(absl::StrCat("round ", r));
+    auto first = Ask(a, job, static_cast<int64_t>(r) - 1);
+    auto second = Ask(b, job, static_cast<int64_t>(r) - 1);
+    ASSERT_TRUE(first.ok() && second.ok());
+    if (first->kind() == v1::ASSIGNMENT_KIND_STOP) break;
+    ASSERT_EQ(first->round(), r);
+    ASSERT_TRUE(first->has_schedule());
+    EXPECT_EQ(first->schedule_progress_begin(),
+              second->schedule_progress_begin());
+    EXPECT_EQ(first->schedule_progress_end(), second->schedule_progress_end());
+    const double begin = first->schedule_progress_begin();
+    const double end = first->schedule_progress_end();
+    // 10 s a round (100 steps at 10 steps/s once measured).
+    EXPECT_NEAR(begin, 10.0 * r / 60, 1e-3);
+    EXPECT_GT(begin, last_begin);
+    EXPECT_GE(end, begin);
+    EXPECT_LE(end, 1.0);
+    if (r > 0) {
+      EXPECT_NEAR(end, std::min(1.0, 10.0 * (r + 1) / 60), 0.01);
+    }
+    last_begin = begin;
+    last_end = end;
+    for (int half = 0; half < 2; ++half) {  // within the 10 s lease
+      clock_.Advance(absl::Seconds(5));
+      for (uint64_t id : {a, b}) ASSERT_TRUE(Beat(id, job).ok());
+    }
+    for (uint64_t id : {a, b}) ASSERT_TRUE(Report(id, job, r).ok());
+  }
+  EXPECT_GT(last_begin, 0.8);
+  EXPECT_DOUBLE_EQ(last_end, 1.0);
+
+  const uint64_t c = Register();
+  const uint64_t by_rounds = Start(Spec(1, 10));
+  auto round0 = Ask(c, by_rounds, -1);
+  ASSERT_TRUE(round0.ok()) << round0.status();
+  EXPECT_FALSE(round0->has_schedule());
+}
+
+// The place on the horizon is stored with the round: a restarted
+// coordinator hands out the same assignment.
+TEST_F(CoordinatorTest, TheRoundsPlaceOnTheHorizonSurvivesARestart) {
+  const std::string path = FreshStorePath("coordinator_horizon.sqlite");
+  auto store = Store::Open(path);
+  ASSERT_TRUE(store.ok());
+  Make(std::move(*store));
+  const uint64_t a = Register();
+  v1::JobSpec spec = Spec(1, 0);
+  spec.mutable_stop()->set_max_wall_seconds(600);
+  const uint64_t job = Start(spec);
+  ASSERT_EQ(Ask(a, job, -1)->round(), 0u);
+  for (int i = 0; i < 6; ++i) {  // 30 s within the 10 s lease
+    clock_.Advance(absl::Seconds(5));
+    ASSERT_TRUE(Beat(a, job).ok());
+  }
+  ASSERT_TRUE(Report(a, job, 0).ok());
+  auto before = Ask(a, job, 0);
+  ASSERT_TRUE(before.ok()) << before.status();
+  ASSERT_TRUE(before->has_schedule());
+  EXPECT_NEAR(before->schedule_progress_begin(), 0.05, 1e-3);
+  clock_.Advance(absl::Seconds(5));
+  store = Store::Open(path);
+  ASSERT_TRUE(store.ok());
+  Make(std::move(*store));
+  ASSERT_TRUE(Beat(a, job).ok());
+  auto after = Ask(a, job, 0);
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(after->SerializeAsString(), before->SerializeAsString());
+}
+
 TEST_F(CoordinatorTest, StopJobMakesWorkersAbandon) {
   const uint64_t a = Register();
   const uint64_t job = Start(Spec());

@@ -30,6 +30,58 @@ TEST(RoundPlannerTest, StopReasonNamesTheCondition) {
             "reached max_wall_seconds=60");
 }
 
+// Issue 32 item 5: a round's place on the learning-rate horizon. ROUNDS
+// gives none (rounds x H on the workers); TOKENS and SECONDS the fraction
+// of their limit done at planning and after the round; STOP the largest
+// over the limits set (here seconds run ahead of rounds), clamped.
+TEST(RoundPlannerTest, ScheduleProgressIsTheFractionOfTheHorizonsLimit) {
+  v1::JobSpec spec;
+  spec.mutable_training()->set_batch(4);
+  spec.mutable_model()->set_context(8);
+  spec.mutable_stop()->set_max_rounds(10);
+  const JobProgress at{.rounds_run = 2,
+                       .tokens = 250,
+                       .seconds = 60,
+                       .round_tokens = 50,
+                       .round_seconds = 12};
+  EXPECT_EQ(PlanScheduleProgress(spec, at), std::nullopt);  // rounds only
+  spec.mutable_stop()->set_max_tokens(1000);
+  spec.mutable_stop()->set_max_wall_seconds(240);
+  auto progress = [&](v1::ScheduleHorizon horizon, const JobProgress& p) {
+    spec.mutable_training()->set_schedule_horizon(horizon);
+    return PlanScheduleProgress(spec, p);
+  };
+  EXPECT_EQ(progress(v1::SCHEDULE_HORIZON_ROUNDS, at), std::nullopt);
+  auto tokens = progress(v1::SCHEDULE_HORIZON_TOKENS, at);
+  ASSERT_TRUE(tokens.has_value());
+  EXPECT_DOUBLE_EQ(tokens->begin, 0.25);
+  EXPECT_DOUBLE_EQ(tokens->end, 0.3);
+  auto seconds = progress(v1::SCHEDULE_HORIZON_SECONDS, at);
+  ASSERT_TRUE(seconds.has_value());
+  EXPECT_DOUBLE_EQ(seconds->begin, 0.25);
+  EXPECT_DOUBLE_EQ(seconds->end, 0.3);
+  JobProgress late = at;
+  late.seconds = 180;  // 0.75 of the wall time, 0.2 of the rounds
+  auto stop = progress(v1::SCHEDULE_HORIZON_STOP, late);
+  ASSERT_TRUE(stop.has_value());
+  EXPECT_DOUBLE_EQ(stop->begin, 0.75);
+  EXPECT_DOUBLE_EQ(stop->end, 0.8);
+  late.seconds = 235;
+  stop = progress(v1::SCHEDULE_HORIZON_STOP, late);
+  EXPECT_DOUBLE_EQ(stop->begin, 235.0 / 240);
+  EXPECT_DOUBLE_EQ(stop->end, 1.0);  // clamped
+  // The round's tokens: its planned steps x batch x context.
+  std::vector<Budget> budgets(3);
+  budgets[0].local_steps = 10;
+  budgets[1].local_steps = 20;
+  budgets[2].local_steps = 5;
+  EXPECT_DOUBLE_EQ(PlannedRoundTokens(spec, budgets), 35.0 * 4 * 8);
+  // The round's length: the budget plan's target, else the mean so far.
+  EXPECT_DOUBLE_EQ(ExpectedRoundSeconds(12, 5, 100), 12);
+  EXPECT_DOUBLE_EQ(ExpectedRoundSeconds(0, 5, 100), 20);
+  EXPECT_DOUBLE_EQ(ExpectedRoundSeconds(0, 0, 100), 0);
+}
+
 TEST(RoundPlannerTest, OnlyEndedStatesAreEnded) {
   EXPECT_FALSE(IsEnded(v1::JOB_STATE_PENDING));
   EXPECT_FALSE(IsEnded(v1::JOB_STATE_RUNNING));

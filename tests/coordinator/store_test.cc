@@ -172,7 +172,7 @@ TEST(StoreTest, MigratesAVersionTwoFile) {
       "VALUES (3, 7, 0, 4, 1, 1, 100, 2, 0, 0);"));
   auto store = Store::Open(path);
   ASSERT_TRUE(store.ok()) << store.status();
-  EXPECT_EQ(*(*store)->SchemaVersion(), 3);
+  EXPECT_EQ(*(*store)->SchemaVersion(), kSchemaVersion);
   auto jobs = (*store)->LoadJobs();
   ASSERT_TRUE(jobs.ok()) << jobs.status();
   ASSERT_EQ(jobs->size(), 1u);
@@ -184,6 +184,34 @@ TEST(StoreTest, MigratesAVersionTwoFile) {
   ASSERT_EQ(members->size(), 1u);
   EXPECT_EQ((*members)[0].last_reported_round, 4);
   EXPECT_EQ((*members)[0].consecutive_failures, 0u);
+}
+
+// A version-3 file (before the learning-rate horizon): its rounds load
+// without a place on it (the rounds x H schedule), and a round's place
+// round-trips.
+TEST(StoreTest, MigratesAVersionThreeFile) {
+  const std::string path = TempDb("store_v3.sqlite");
+  ASSERT_NO_FATAL_FAILURE(MakeOldFile(
+      path, 3, "INSERT INTO rounds VALUES (3, 0, 1, 1000, 2000, x'');"));
+  auto store = Store::Open(path);
+  ASSERT_TRUE(store.ok()) << store.status();
+  EXPECT_EQ(*(*store)->SchemaVersion(), kSchemaVersion);
+  auto rounds = (*store)->LoadRounds(3, 0);
+  ASSERT_TRUE(rounds.ok()) << rounds.status();
+  ASSERT_EQ(rounds->size(), 1u);
+  EXPECT_EQ((*rounds)[0].deadline_unix_ms, 2000);
+  EXPECT_EQ((*rounds)[0].schedule_begin, -1);
+  EXPECT_EQ((*rounds)[0].schedule_end, -1);
+  StoredRound placed = (*rounds)[0];
+  placed.round = 1;
+  placed.schedule_begin = 0.25;
+  placed.schedule_end = 0.375;
+  ASSERT_TRUE((*store)->PutRound(placed).ok());
+  rounds = (*store)->LoadRounds(3, 1);
+  ASSERT_TRUE(rounds.ok()) << rounds.status();
+  ASSERT_EQ(rounds->size(), 1u);
+  EXPECT_EQ((*rounds)[0].schedule_begin, 0.25);
+  EXPECT_EQ((*rounds)[0].schedule_end, 0.375);
 }
 
 TEST(StoreTest, CorruptBudgetsAreDataLoss) {

@@ -100,6 +100,17 @@ class StopAfterTailTest(unittest.TestCase):
         # 121 (grid 93), so the tenth was due at 123 = the old bound.
         self.assertGreater(args.rounds, 121 + args.gap + 20 + 10)
 
+    def test_the_rate_anneals_by_the_expected_stop(self):
+        # Issue 32 item 5: the soak stops the job itself, long before the
+        # stop.max_rounds bound; the cosine ends where the soak expects to
+        # stop instead (the grid's end plus the tail).
+        args = fault_soak.parse_args(["s.yaml", "--faults", "10",
+                                      "--spacing", "10", "--tail", "20"])
+        self.assertEqual(args.decay_rounds, args.first_round + 100 + 20)
+        self.assertLess(args.decay_rounds, args.rounds)
+        self.assertEqual(fault_soak.parse_args(
+            ["s.yaml", "--decay-rounds", "0"]).decay_rounds, 0)
+
 
 class CreateWatchTest(unittest.TestCase):
     def test_sees_the_matching_name_and_not_the_others(self):

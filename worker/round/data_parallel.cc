@@ -56,6 +56,12 @@ class DataParallel : public OuterAlgorithm {
                                            context_.buffers->scratch.flat());
       if (result.resync) return result;
     }
+    // On a horizon the step's cosine follows the round's progress; the
+    // warmup (and, without one, the cosine) follows the step count.
+    if (round.assignment->has_schedule())
+      context_.trainer->SetSchedulePoint(
+          {context_.trainer->optimizer_step(),
+           round.assignment->schedule_progress_begin()});
     RETURN_IF_ERROR(context_.trainer->ApplyGradients());
     return ExchangeResult{};
   }

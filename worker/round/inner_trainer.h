@@ -7,10 +7,12 @@
 #define GASLOC_WORKER_ROUND_INNER_TRAINER_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "common/arena.h"
+#include "gasloc/v1/coordinator.pb.h"
 #include "worker/train/checkpoint.h"  // CheckpointExtras (plain data)
 
 namespace gasloc {
@@ -28,6 +30,44 @@ inline uint64_t ScheduleStep(uint64_t round, uint32_t nominal_steps,
   if (budget_steps == 0) return round * nominal_steps;
   return round * nominal_steps +
          static_cast<uint64_t>(inner_step) * nominal_steps / budget_steps;
+}
+
+// Where an inner step sits on the learning-rate schedule: its position
+// (ScheduleStep: the warmup, and the cosine when progress is unset) and,
+// when the coordinator places the round on the job's horizon
+// (Assignment.has_schedule), the fraction of that horizon the cosine
+// follows instead (algorithms.md section 1, "The schedule's horizon").
+struct SchedulePoint {
+  uint64_t step = 0;
+  std::optional<double> progress;
+};
+
+// Planned inner step `inner_step` of `assignment`'s round (H_i =
+// local_steps) when the job's H is `nominal_steps`: position ScheduleStep,
+// progress begin + (end - begin) * inner_step / H_i.
+inline SchedulePoint PlannedSchedulePoint(const v1::Assignment& assignment,
+                                          uint32_t nominal_steps,
+                                          uint32_t inner_step) {
+  const uint32_t budget = assignment.local_steps();
+  SchedulePoint point{ScheduleStep(assignment.round(), nominal_steps, budget,
+                                   inner_step),
+                      std::nullopt};
+  if (assignment.has_schedule()) {
+    const double begin = assignment.schedule_progress_begin();
+    const double end = assignment.schedule_progress_end();
+    point.progress =
+        budget == 0 ? begin : begin + (end - begin) * inner_step / budget;
+  }
+  return point;
+}
+
+// The horizon fraction at `assignment`'s planned end (steps taken beside
+// the exchange, which belong to the next round's start); unset without a
+// schedule.
+inline std::optional<double> ScheduleProgressAtEnd(
+    const v1::Assignment& assignment) {
+  if (!assignment.has_schedule()) return std::nullopt;
+  return assignment.schedule_progress_end();
 }
 
 struct InnerStepResult {
@@ -68,9 +108,9 @@ class InnerTrainer {
   virtual FloatArena* optimizer_v() { return nullptr; }
   virtual uint64_t optimizer_step() const { return 0; }
   virtual void set_optimizer_step(uint64_t step) { (void)step; }
-  // The schedule position (ScheduleStep) of the next Step() only; a trainer
-  // without a learning-rate schedule ignores it (the default).
-  virtual void SetScheduleStep(uint64_t step) { (void)step; }
+  // The schedule point of the next Step() only; a trainer without a
+  // learning-rate schedule ignores it (the default).
+  virtual void SetSchedulePoint(const SchedulePoint& point) { (void)point; }
 };
 
 }  // namespace gasloc

@@ -119,14 +119,14 @@ class InnerStepLoop {
     bool cancelled = false;
   };
   virtual ~InnerStepLoop() = default;
-  // Steps while more(taken) holds, each at schedule position
+  // Steps while more(taken) holds, each at schedule point
   // position(taken), with one progress report a step numbered from
   // first_step + 1. A cancelled round stops at the next step boundary
   // with Taken.cancelled set (the steps taken so far are applied and
   // counted); a failed step returns its error.
   virtual absl::StatusOr<Taken> Take(
       uint32_t first_step, absl::FunctionRef<bool(uint32_t taken)> more,
-      absl::FunctionRef<uint64_t(uint32_t taken)> position) = 0;
+      absl::FunctionRef<SchedulePoint(uint32_t taken)> position) = 0;
   // The round's H_i planned steps, recorded in the report, then the check
   // that the parameters are finite (INTERNAL if not) and the EXCHANGING
   // progress.

@@ -40,13 +40,15 @@ absl::StatusOr<ExchangeResult> OverlappedExchange::Exchange(OuterRound& round,
   // Inner steps while the exchange runs, up to kOverlapStepFactor * H in
   // the round. They are the next round's first steps (their change enters
   // its pseudo-gradient, Apply), so they take the schedule position of
-  // the next round's start.
+  // the next round's start (on a horizon, the round's planned end).
   const uint64_t round_number = round.assignment->round();
   const uint32_t nominal = context_.spec->outer().local_steps();
   const uint32_t budget = round.assignment->local_steps();
   const uint64_t cap = static_cast<uint64_t>(kOverlapStepFactor) * nominal;
   const uint64_t allowed = cap > budget ? cap - budget : 0;
-  const uint64_t next_start = ScheduleStep(round_number + 1, nominal, budget, 0);
+  const SchedulePoint next_start{
+      ScheduleStep(round_number + 1, nominal, budget, 0),
+      ScheduleProgressAtEnd(*round.assignment)};
   absl::StatusOr<InnerStepLoop::Taken> during = round.steps->Take(
       budget, [&](uint32_t taken) { return !exchange_done && taken < allowed; },
       [next_start](uint32_t) { return next_start; });

@@ -177,7 +177,7 @@ absl::Status RoundRunner::EvaluateIfDue(const v1::Assignment& assignment,
 absl::StatusOr<InnerStepLoop::Taken> RoundRunner::Take(
     uint32_t first_step,
     absl::FunctionRef<bool(uint32_t taken)> more,
-    absl::FunctionRef<uint64_t(uint32_t taken)> position) {
+    absl::FunctionRef<SchedulePoint(uint32_t taken)> position) {
   const absl::Time start = clock_->Now();
   absl::Time step_start = start;
   const uint64_t round = round_->assignment->round();
@@ -187,7 +187,7 @@ absl::StatusOr<InnerStepLoop::Taken> RoundRunner::Take(
       done.cancelled = true;
       break;
     }
-    trainer_->SetScheduleStep(position(done.taken));
+    trainer_->SetSchedulePoint(position(done.taken));
     ASSIGN_OR_RETURN(InnerStepResult step, trainer_->Step());
     done.tokens += step.tokens;
     done.loss_sum += step.loss;
@@ -220,7 +220,7 @@ absl::Status RoundRunner::TakePlanned() {
       Take(
           0, [steps](uint32_t taken) { return taken < steps; },
           [&](uint32_t taken) {
-            return ScheduleStep(round, nominal, steps, taken);
+            return PlannedSchedulePoint(assignment, nominal, taken);
           }));
   if (done.cancelled)
     return absl::CancelledError(absl::StrCat(

@@ -169,7 +169,7 @@ class RoundRunner : private InnerStepLoop {
   // InnerStepLoop, for the algorithm of the round in flight (round_).
   absl::StatusOr<Taken> Take(
       uint32_t first_step, absl::FunctionRef<bool(uint32_t taken)> more,
-      absl::FunctionRef<uint64_t(uint32_t taken)> position) override;
+      absl::FunctionRef<SchedulePoint(uint32_t taken)> position) override;
   absl::Status TakePlanned() override;
   void Progress(const RoundProgress& progress) override;
 

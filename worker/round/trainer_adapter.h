@@ -41,8 +41,9 @@ class TrainerAdapter final : public InnerTrainer {
   FloatArena* optimizer_v() override { return &trainer_->optimizer().v(); }
   uint64_t optimizer_step() const override { return trainer_->step(); }
   void set_optimizer_step(uint64_t step) override { trainer_->set_step(step); }
-  void SetScheduleStep(uint64_t step) override {
-    trainer_->set_schedule_step(step);
+  void SetSchedulePoint(const SchedulePoint& point) override {
+    trainer_->set_schedule_step(point.step);
+    if (point.progress) trainer_->set_schedule_progress(*point.progress);
   }
   Trainer& trainer() { return *trainer_; }
 

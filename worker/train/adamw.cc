@@ -2,6 +2,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 
@@ -62,6 +63,20 @@ float LearningRate(const AdamWOptions& o, uint64_t step) {
                                          (1.0 + std::cos(std::numbers::pi * p)));
 }
 
+float LearningRate(const AdamWOptions& o, uint64_t step, double progress) {
+  if (step < o.warmup_steps) return LearningRate(o, step);
+  const double p = std::clamp(progress, 0.0, 1.0);
+  const double min_lr = static_cast<double>(o.lr) * o.min_lr_ratio;
+  return static_cast<float>(min_lr + (o.lr - min_lr) * 0.5 *
+                                         (1.0 + std::cos(std::numbers::pi * p)));
+}
+
+float AdamW::next_lr() const {
+  return schedule_progress_
+             ? LearningRate(options_, schedule_step(), *schedule_progress_)
+             : LearningRate(options_, schedule_step());
+}
+
 double GlobalGradNorm(const FloatArena& grads, int threads) {
   const float* g = grads.data();
   const int64_t n = static_cast<int64_t>(grads.size());
@@ -85,8 +100,9 @@ absl::StatusOr<AdamWStepStats> AdamW::Step(FloatArena* params,
         "AdamW step: params / grads layout differs from the optimizer's");
   }
   AdamWStepStats stats;
-  stats.lr = LearningRate(options_, schedule_step());
+  stats.lr = next_lr();
   schedule_step_.reset();
+  schedule_progress_.reset();
   stats.grad_norm = GlobalGradNorm(grads, options_.threads);
   if (!std::isfinite(stats.grad_norm)) {
     return absl::InvalidArgumentError(absl::StrCat(

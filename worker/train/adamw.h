@@ -48,6 +48,15 @@ AdamWOptions AdamWOptionsFromSpec(const v1::AdamWSpec& spec);
 //   otherwise:                min (or lr when decay_steps == 0)
 float LearningRate(const AdamWOptions& options, uint64_t step);
 
+// Learning rate of step `step` at `progress` (in [0, 1], clamped) of the
+// job's schedule horizon (algorithms.md section 1, "The schedule's
+// horizon"): the warmup by the step as above, then the cosine by the
+// progress, whatever decay_steps says:
+//   step < warmup:  lr * (step + 1) / warmup
+//   otherwise:      min + (lr - min) * (1 + cos(pi * progress)) / 2
+float LearningRate(const AdamWOptions& options, uint64_t step,
+                   double progress);
+
 // L2 norm of the whole gradient arena, accumulated in double.
 double GlobalGradNorm(const FloatArena& grads, int threads);
 
@@ -76,6 +85,12 @@ class AdamW {
   // job's H follows the job's schedule, not its own step count.
   void set_schedule_step(uint64_t step) { schedule_step_ = step; }
   uint64_t schedule_step() const { return schedule_step_.value_or(step_); }
+  // The next Step()'s place on the job's schedule horizon, once: its
+  // cosine follows `progress` instead of the step (LearningRate's
+  // progress form). Unset: the step form.
+  void set_schedule_progress(double progress) { schedule_progress_ = progress; }
+  // Learning rate of the next Step().
+  float next_lr() const;
   FloatArena& m() { return m_; }
   FloatArena& v() { return v_; }
   const FloatArena& m() const { return m_; }
@@ -87,6 +102,7 @@ class AdamW {
   FloatArena v_;
   uint64_t step_ = 0;
   std::optional<uint64_t> schedule_step_;
+  std::optional<double> schedule_progress_;
 };
 
 // Plain-loop reference of one AdamW update (per element, no clipping,

@@ -127,10 +127,12 @@ class Trainer {
   void set_data_cursor(uint64_t cursor) { sampler_.set_cursor(cursor); }
   // Schedule position of the next step only (AdamW::set_schedule_step).
   void set_schedule_step(uint64_t step) { adamw_.set_schedule_step(step); }
-  // Learning rate of the next step.
-  float next_lr() const {
-    return LearningRate(adamw_.options(), adamw_.schedule_step());
+  // Horizon fraction of the next step only (AdamW::set_schedule_progress).
+  void set_schedule_progress(double progress) {
+    adamw_.set_schedule_progress(progress);
   }
+  // Learning rate of the next step.
+  float next_lr() const { return adamw_.next_lr(); }
 
  private:
   Trainer(const v1::JobSpec& spec, int threads, const Clock* clock,

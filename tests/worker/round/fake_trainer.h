@@ -115,12 +115,17 @@ class FakeTrainer : public InnerTrainer {
   // computing while real threads exchange).
   void SleepOnEveryStep(absl::Duration step_time) { real_step_time_ = step_time; }
   int steps() const { return steps_; }
-  // Every schedule position the round machine set, in order.
-  void SetScheduleStep(uint64_t step) override {
-    schedule_steps_.push_back(step);
+  // Every schedule point the round machine set, in order: the positions,
+  // and the horizon fractions (-1 for a point without one).
+  void SetSchedulePoint(const SchedulePoint& point) override {
+    schedule_steps_.push_back(point.step);
+    schedule_progress_.push_back(point.progress.value_or(-1));
   }
   const std::vector<uint64_t>& schedule_steps() const {
     return schedule_steps_;
+  }
+  const std::vector<double>& schedule_progress() const {
+    return schedule_progress_;
   }
 
  private:
@@ -133,6 +138,7 @@ class FakeTrainer : public InnerTrainer {
   absl::Duration real_step_time_;
   int steps_ = 0;
   std::vector<uint64_t> schedule_steps_;
+  std::vector<double> schedule_progress_;
   std::map<std::string, std::pair<std::vector<float>, CheckpointExtras>> saved_;
 };
 

@@ -102,6 +102,37 @@ TEST(AdamWTest, ScheduleStepSetsTheNextStepsRateOnce) {
   EXPECT_FLOAT_EQ(second->lr, LearningRate(o, 1));
 }
 
+// Issue 32 item 5: the progress form. Warmup by the step as before, then
+// the cosine by the fraction of the job's horizon (wall-clock, tokens),
+// whatever decay_steps says: peak at 0, halfway at 1/2, the floor at 1.
+TEST(AdamWTest, ProgressFormAnnealsByTheHorizonFraction) {
+  AdamWOptions o;
+  o.lr = 1e-3f;
+  o.min_lr_ratio = 0.1f;
+  o.warmup_steps = 10;
+  o.decay_steps = 0;  // the step form would stay at the peak
+  EXPECT_FLOAT_EQ(LearningRate(o, 4, 0.9), LearningRate(o, 4));  // warmup
+  EXPECT_FLOAT_EQ(LearningRate(o, 50, 0.0), 1e-3f);
+  EXPECT_FLOAT_EQ(LearningRate(o, 50, 0.5), 0.55e-3f);
+  EXPECT_FLOAT_EQ(LearningRate(o, 50, 1.0), 1e-4f);
+  EXPECT_FLOAT_EQ(LearningRate(o, 50, 1.7), 1e-4f);   // clamped
+  EXPECT_FLOAT_EQ(LearningRate(o, 50, -0.2), 1e-3f);  // clamped
+  EXPECT_FLOAT_EQ(LearningRate(o, 50), 1e-3f);
+  // Set for the next step only, as the schedule step.
+  auto layout = SmallLayout();
+  AdamW adamw(layout, o);
+  adamw.set_step(50);
+  FloatArena params(layout), grads(layout);
+  Fill(&params, 1, 1.0f);
+  Fill(&grads, 2, 0.1f);
+  adamw.set_schedule_progress(1.0);
+  EXPECT_FLOAT_EQ(adamw.next_lr(), 1e-4f);
+  auto first = adamw.Step(&params, grads);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_FLOAT_EQ(first->lr, 1e-4f);
+  EXPECT_FLOAT_EQ(adamw.next_lr(), 1e-3f);
+}
+
 TEST(AdamWTest, FirstStepByHandWithDecayOnMatricesOnly) {
   auto layout = SmallLayout();
   AdamWOptions o;
