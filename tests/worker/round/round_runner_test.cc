@@ -171,8 +171,6 @@ TEST(RoundRunner, TheScheduleFollowsTheRoundsWhateverTheBudget) {
   EXPECT_EQ(ScheduleStep(3, 80, 0, 0), 240u);
 }
 
-<<<<<<< HEAD
-=======
 // Issue 32 item 5: a round the coordinator placed on the job's horizon
 // (wall-clock, tokens) has its steps' cosine follow the horizon fraction,
 // from the round's start to its planned end, whatever the budget; the
@@ -199,107 +197,6 @@ TEST(RoundRunner, StepsTakeTheAssignmentsHorizonProgress) {
             std::nullopt);
 }
 
-// outer.overlap_exchange: worker 2 reaches the exchange 500 ms late (it
-// starts once worker 1 is in its exchange, and its 2 steps take 250 ms
-// each). Worker 1 keeps stepping meanwhile (20 ms steps, up to 8 H = 80 in the
-// round) instead of waiting, and its result is exactly the round without
-// overlap plus the change its extra steps made from theta at H_i: the
-// mixing (so worker 2's model) is the same in both runs.
-TEST(RoundRunner, OverlapComputesThroughALatePeersExchange) {
-  v1::JobSpec spec = Spec(v1::ALGORITHM_GASLOC);
-  spec.mutable_outer()->set_local_steps(10);
-  spec.mutable_outer()->set_min_local_steps(1);
-  spec.mutable_outer()->set_momentum_placement(v1::MOMENTUM_PLACEMENT_LOCAL);
-  constexpr uint32_t kBudget = 2;
-  auto run = [&](bool overlap) {
-    v1::JobSpec s = spec;
-    s.mutable_outer()->set_overlap_exchange(overlap);
-    InProcessNetwork network;
-    std::vector<std::unique_ptr<SimWorker>> w;
-    w.push_back(std::make_unique<SimWorker>(network, 1, s, +1.0f));
-    w.push_back(std::make_unique<SimWorker>(network, 2, spec, -1.0f));
-    w[0]->trainer.SleepOnEveryStep(absl::Milliseconds(20));
-    w[1]->trainer.SleepOnEveryStep(absl::Milliseconds(250));
-    absl::StatusOr<v1::ReportRoundRequest> late = absl::UnknownError("not run");
-    std::thread second([&] {
-      EXPECT_TRUE(WaitFor([&] { return w[0]->exchanging.load(); },
-                          absl::Seconds(30)));
-      late = w[1]->runner.RunRound(GossipAssignment(0, 2, {1}, 0.5f, kBudget));
-    });
-    auto first = w[0]->runner.RunRound(GossipAssignment(0, 1, {2}, 0.5f, kBudget));
-    second.join();
-    EXPECT_TRUE(first.ok()) << first.status();
-    EXPECT_TRUE(late.ok()) << late.status();
-    return std::make_tuple(
-        *first,
-        std::vector<float>(w[0]->trainer.params().flat().begin(),
-                           w[0]->trainer.params().flat().end()),
-        std::vector<float>(w[1]->trainer.params().flat().begin(),
-                           w[1]->trainer.params().flat().end()));
-  };
-  const auto [plain_report, plain_1, plain_2] = run(false);
-  const auto [report, params_1, params_2] = run(true);
-  EXPECT_EQ(plain_report.inner_steps(), kBudget);
-  EXPECT_GT(plain_report.exchange_seconds(), 0.2);  // the late peer
-  // Steps while waiting: at least a few, at most 8 H in the round.
-  const uint32_t extra = report.inner_steps() - kBudget;
-  EXPECT_GE(extra, 3u);
-  EXPECT_LE(report.inner_steps(), kOverlapStepFactor * 10u);
-  EXPECT_EQ(report.failed_peers_size(), 0);
-  // Idle only after the last step (the steps could have covered 760 ms).
-  EXPECT_LT(report.wait_seconds(), 0.2);
-  EXPECT_EQ(report.tokens(), 64u * report.inner_steps());
-  // Worker 2 mixed the same copy of worker 1 (theta at H_i) in both runs.
-  EXPECT_EQ(params_2, plain_2);
-  // theta_1 = plain result + (theta after H_i + extra steps - theta at H_i).
-  FakeTrainer solo(FakeLayout(), +1.0f);
-  for (uint32_t h = 0; h < kBudget; ++h) ASSERT_TRUE(solo.Step().ok());
-  const std::vector<float> at_budget(solo.params().flat().begin(),
-                                     solo.params().flat().end());
-  for (uint32_t h = 0; h < extra; ++h) ASSERT_TRUE(solo.Step().ok());
-  for (size_t i = 0; i < params_1.size(); ++i)
-    ASSERT_NEAR(params_1[i],
-                plain_1[i] + (solo.params().flat()[i] - at_budget[i]), 1e-6f)
-        << "element " << i;
-}
-
-// A round cancelled while its steps run beside the exchange is abandoned
-// like one cancelled in its planned steps: CANCELLED, and the model is the
-// round's start (before the shared step loop, the overlap's steps stopped
-// and the round was applied and reported done). The cancel comes once the
-// first worker took a step beside the exchange; the peer's steps (250 ms
-// each) keep the exchange open until the cancel has been seen.
-TEST(RoundRunner, ACancelDuringTheOverlapAbandonsTheRound) {
-  v1::JobSpec spec = Spec(v1::ALGORITHM_GASLOC);
-  spec.mutable_outer()->set_local_steps(10);
-  spec.mutable_outer()->set_min_local_steps(1);
-  v1::JobSpec overlapping = spec;
-  overlapping.mutable_outer()->set_overlap_exchange(true);
-  InProcessNetwork network;
-  SimWorker first(network, 1, overlapping, +1.0f);
-  SimWorker second(network, 2, spec, -1.0f);
-  first.trainer.SleepOnEveryStep(absl::Milliseconds(20));
-  second.trainer.SleepOnEveryStep(absl::Milliseconds(250));
-  const std::vector<float> start(first.trainer.params().flat().begin(),
-                                 first.trainer.params().flat().end());
-  std::thread late([&] {
-    EXPECT_TRUE(WaitFor([&] { return first.inner_step.load() > 2; },
-                        absl::Seconds(30)));
-    first.runner.Cancel();
-    (void)second.runner.RunRound(GossipAssignment(0, 2, {1}, 0.5f, 2));
-  });
-  auto report = first.runner.RunRound(GossipAssignment(0, 1, {2}, 0.5f, 2));
-  late.join();
-  ASSERT_FALSE(report.ok());
-  EXPECT_TRUE(absl::IsCancelled(report.status())) << report.status();
-  EXPECT_THAT(std::string(report.status().message()),
-              ::testing::HasSubstr("round 0 abandoned after"));
-  EXPECT_EQ(std::vector<float>(first.trainer.params().flat().begin(),
-                               first.trainer.params().flat().end()),
-            start);
-}
-
->>>>>>> issue32-anneal
 TEST(RoundRunner, GossipWithoutMomentumAveragesExactly) {
   InProcessNetwork network;
   v1::JobSpec spec = Spec(v1::ALGORITHM_GASLOC);
