@@ -156,6 +156,9 @@ void Coordinator::UpdateEstimates(JobRec& job, StoredMember& m,
     m.step_rate_variance = UpdateStepRateVariance(
         m.step_rate_variance, m.steps_per_second, own.steps, own.seconds,
         spec.outer().local_steps(), options_.ema_weight);
+    m.step_rate_estimate_share = UpdateStepRateEstimateShare(
+        m.step_rate_estimate_share, m.steps_per_second, own.steps,
+        own.seconds, spec.outer().local_steps(), options_.ema_weight);
     m.steps_per_second =
         UpdateStepRate(m.steps_per_second, own.steps, own.seconds,
                        spec.outer().local_steps(), options_.ema_weight,
