@@ -56,7 +56,8 @@ std::string Budget::Reason() const {
                     " is within the dead band");
   } else if (guard == Guard::kNoiseBand) {
     absl::StrAppend(&out, " (the formula's ", static_cast<int64_t>(raw_steps),
-                    " is within the noise band below H");
+                    " is within the noise band ",
+                    raw_steps > nominal_steps ? "above" : "below", " H");
     if (noise_band > 0)
       absl::StrAppend(&out, absl::StrFormat(
                                 ": %.0f%%, the rates' measured round-to-round "
@@ -73,11 +74,21 @@ std::string Budget::Reason() const {
 
 namespace {
 
-// The noise band of a worker (budget.h header comment).
-double NoiseBand(const BudgetOptions& options, double spread,
-                 double fastest_spread) {
-  if (spread < 0 || fastest_spread < 0) return options.max_noise_band_fraction;
-  return std::clamp(options.noise_band_sigmas * std::hypot(spread, fastest_spread),
+// The relative standard deviation of a worker's s_i estimate.
+double EstimateNoise(const WorkerRates& w) {
+  const double share =
+      w.estimate_share > 0 && w.estimate_share <= 1 ? w.estimate_share : 1;
+  return w.step_rate_spread * std::sqrt(share);
+}
+
+// The noise band of a worker against the fastest (budget.h header
+// comment).
+double NoiseBand(const BudgetOptions& options, const WorkerRates& worker,
+                 const WorkerRates& fastest) {
+  if (worker.step_rate_spread < 0 || fastest.step_rate_spread < 0)
+    return options.max_noise_band_fraction;
+  const double noise = std::hypot(EstimateNoise(worker), EstimateNoise(fastest));
+  return std::clamp(options.noise_band_sigmas * noise,
                     options.noise_band_fraction,
                     std::max(options.noise_band_fraction,
                              options.max_noise_band_fraction));
@@ -119,12 +130,13 @@ BudgetPlan PlanBudgets(const std::vector<WorkerRates>& workers,
   std::vector<double> exchange(workers.size(), -1);
   std::vector<double> known;
   known.reserve(workers.size());
-  double fastest = 0, fastest_spread = 0;
+  double fastest = 0;
+  size_t fastest_index = 0;
   for (size_t i = 0; i < workers.size(); ++i) {
     const WorkerRates& w = workers[i];
     if (w.steps_per_second > fastest) {
       fastest = w.steps_per_second;
-      fastest_spread = w.step_rate_spread;
+      fastest_index = i;
     }
     if (round_of(i).exchange.seconds >= 0) {
       exchange[i] = round_of(i).exchange.seconds;
@@ -209,10 +221,12 @@ BudgetPlan PlanBudgets(const std::vector<WorkerRates>& workers,
         (target - b.exchange_seconds) * fastest >=
         (1.0 - options.noise_band_fraction) * nominal;
     b.noise_band = link_within_band
-                       ? NoiseBand(options, w.step_rate_spread, fastest_spread)
+                       ? NoiseBand(options, w, workers[fastest_index])
                        : options.noise_band_fraction;
-    if (b.local_steps < nominal &&
-        b.raw_steps >= (1.0 - b.noise_band) * nominal) {
+    // Symmetric: below H or above it (a stretched round), within the band
+    // the difference is noise and H is given; outside it, the formula's.
+    if (b.local_steps != nominal &&
+        std::abs(b.raw_steps - nominal) <= b.noise_band * nominal) {
       b.local_steps = nominal;
       b.guard = Budget::Guard::kNoiseBand;
       continue;

@@ -29,23 +29,33 @@
 // Oscillation guard (with the bounded estimate moves of link_model.h): a
 // change of H_i smaller than the dead band (dead_band_fraction of the
 // nominal H, at least one step) is not made; the previous H_i is kept.
-// Noise band: a formula's H_i less than a band below the nominal H is H.
-// The band is noise_band_fraction, or wider where the link alone would
-// leave H_i within noise_band_fraction of H ((T - c_i) * s_fastest): then
-// what the rates' own round-to-round noise cannot tell apart:
-// noise_band_sigmas standard deviations of the difference between worker
-// i's and the fastest worker's single-round rates,
-//   band_i = clamp(sigmas * sqrt(spread_i^2 + spread_fastest^2),
+// Noise band, symmetric: a formula's H_i within the band of the nominal H,
+// below it or above it (above only in a stretched round), is H; outside
+// it the formula's H_i stands. The band is noise_band_fraction, or wider
+// where the link alone would leave H_i within noise_band_fraction of H
+// ((T - c_i) * s_fastest): then what the noise of the rate estimates
+// cannot tell apart, noise_band_sigmas standard deviations of the
+// difference between worker i's s_i and the fastest worker's,
+//   band_i = clamp(sigmas * sqrt(share_i spread_i^2 +
+//                                share_fastest spread_fastest^2),
 //                  noise_band_fraction, max_noise_band_fraction)
 // (spread = a worker's measured relative deviation of a round's rate from
-// its s_i; while its or the fastest's spread is not measured yet, after
-// one counted round, the band is the widest).
+// its s_i; share = how much of one round's variance its s_i, an EMA of
+// rounds, still carries: 1 after one round, towards 0.18 as rounds are
+// averaged in; while its or the fastest's spread is not measured yet,
+// after one counted round, the band is the widest).
 // Identical workers sharing a machine's cores measured single-round rates
 // of 78-108 steps/s (the homogeneous netns sweep, seed 3); a fixed 10%
-// band then let H_i of 67-71 for a uniform 80 through in 3.4% of rounds.
-// Planning on a difference that a round's own noise swamps gains nothing,
-// and a real difference larger than the widest band (one worker at half
-// compute, a slow link) is planned as before.
+// band then let H_i of 67-71 for a uniform 80 through in 3.4% of rounds
+// (early rounds, s_i from one or two rounds: the band is wide there).
+// What bounds a partner's wait: a worker given H though truly slower
+// makes its partner wait that share of a round, so the band must cover the
+// noise of the estimates, not of one round (with one round's spread, 2
+// sqrt(2) x 8.5% = 24% at +-12% shared-core noise: a worker 20% slower
+// kept H and its partner waited 19% of every round). Once s_i has
+// averaged its rounds the band is about noise_band_fraction, and that
+// (plus the dead band) is what the planner makes a partner wait
+// (budget_simulation_test.cc APartnersWaitIsBoundedByTheNoiseBand).
 //
 // Pure functions of their inputs; thread-safe.
 #ifndef GASLOC_COORDINATOR_BUDGET_H_
@@ -74,6 +84,10 @@ struct WorkerRates {
   // steps_per_second (the noise band, header comment); < 0 = not measured
   // yet (the widest band).
   double step_rate_spread = 0;
+  // Var(steps_per_second) / Var(one round's rate), in (0, 1]
+  // (link_model.h UpdateStepRateEstimateShare); outside it: 1, an estimate
+  // as noisy as one round.
+  double estimate_share = 1;
 };
 
 // What the round itself brings to one worker's budget.
@@ -100,8 +114,9 @@ struct BudgetOptions {
   // Changes of H_i within this fraction of the nominal H (at least one
   // step) are not made.
   double dead_band_fraction = 0.05;
-  // A formula's H_i at least (1 - band) H and below H is H, band from the
-  // measured spreads (header comment) within these bounds.
+  // A formula's H_i within band H of H (below, or above in a stretched
+  // round) is H, band from the estimates' measured noise (header comment)
+  // within these bounds.
   double noise_band_fraction = 0.10;
   double noise_band_sigmas = 2;
   double max_noise_band_fraction = 0.25;
@@ -112,8 +127,8 @@ struct BudgetOptions {
 struct Budget {
   enum class Basis : uint8_t { kNoMeasurement, kUniform, kAdaptive };
   // kDeadBand: the formula's H_i was within the dead band of the previous
-  // H_i, which was kept. kNoiseBand: it was within the noise band below
-  // the nominal H, which was given.
+  // H_i, which was kept. kNoiseBand: it was within the noise band of the
+  // nominal H (below, or above in a stretched round), which was given.
   enum class Guard : uint8_t { kNone, kDeadBand, kNoiseBand };
   uint32_t local_steps = 0;
   Basis basis = Basis::kNoMeasurement;

@@ -204,7 +204,8 @@ BudgetPlan Coordinator::PlanRoundBudgets(const JobRec& job,
          .bytes_per_second = m.bytes_per_second,
          .step_rate_spread = m.step_rate_variance < 0
                                  ? -1
-                                 : std::sqrt(m.step_rate_variance)});
+                                 : std::sqrt(m.step_rate_variance),
+         .estimate_share = m.step_rate_estimate_share});
     this_round.push_back({.exchange = e, .previous_steps = m.local_steps});
   }
   return PlanBudgets(rates, this_round,

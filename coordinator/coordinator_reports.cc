@@ -33,6 +33,31 @@ void LogPeerTrouble(const v1::JobStatus& st,
                         << " (poisoning guard: too far from its own)";
 }
 
+// A round's inner steps and compute seconds less those taken beside the
+// exchange (outer.overlap_exchange): those share the CPU with the
+// exchange's thread and run slower than the sustained rate the planner
+// needs. No un-overlapped steps: {0, 0}, which leaves s_i as it is.
+struct UnoverlappedSteps {
+  double steps = 0;
+  double seconds = 0;
+};
+UnoverlappedSteps UnoverlappedStepsOf(const v1::ReportRoundRequest& request) {
+  if (request.overlap_steps() >= request.inner_steps()) return {};
+  return {.steps = static_cast<double>(request.inner_steps() -
+                                       request.overlap_steps()),
+          .seconds = request.compute_seconds() -
+                     request.overlap_compute_seconds()};
+}
+
+// The round's wall seconds, the wait's denominator: round_seconds when the
+// worker measured it (with overlap, compute_seconds includes steps taken
+// during the exchange, so compute + exchange counts them twice), else
+// compute + exchange (an older worker, which never overlaps).
+double RoundWallSeconds(const v1::ReportRoundRequest& request) {
+  if (request.round_seconds() > 0) return request.round_seconds();
+  return request.compute_seconds() + request.exchange_seconds();
+}
+
 }  // namespace
 
 absl::Status Coordinator::ReportRound(const v1::ReportRoundRequest& request) {
@@ -124,16 +149,20 @@ void Coordinator::UpdateEstimates(JobRec& job, StoredMember& m,
                                   bool first_report) {
   const v1::JobSpec& spec = job.stored.status.spec();
   // s_i weighted by the round's length (link_model.h: short rounds run
-  // faster than the sustained rate).
+  // faster than the sustained rate), from the un-overlapped steps only
+  // (algorithms.md section 5, "What the planner measures under overlap").
   if (!first_report) {
+    const UnoverlappedSteps own = UnoverlappedStepsOf(request);
     m.step_rate_variance = UpdateStepRateVariance(
-        m.step_rate_variance, m.steps_per_second, request.inner_steps(),
-        request.compute_seconds(), spec.outer().local_steps(),
-        options_.ema_weight);
-    m.steps_per_second = UpdateStepRate(
-        m.steps_per_second, request.inner_steps(), request.compute_seconds(),
-        spec.outer().local_steps(), options_.ema_weight,
-        kMaxEstimateFactor);
+        m.step_rate_variance, m.steps_per_second, own.steps, own.seconds,
+        spec.outer().local_steps(), options_.ema_weight);
+    m.step_rate_estimate_share = UpdateStepRateEstimateShare(
+        m.step_rate_estimate_share, m.steps_per_second, own.steps,
+        own.seconds, spec.outer().local_steps(), options_.ema_weight);
+    m.steps_per_second =
+        UpdateStepRate(m.steps_per_second, own.steps, own.seconds,
+                       spec.outer().local_steps(), options_.ema_weight,
+                       kMaxEstimateFactor);
   }
   // b_i from wire time only (the wait for a partner is not the link's):
   // per-peer samples when the worker sent them, else the whole exchange's
@@ -159,8 +188,7 @@ void Coordinator::UpdateEstimates(JobRec& job, StoredMember& m,
                                           options_.ema_weight,
                                           kMaxEstimateFactor);
   RaisePeerLinks(job, request);
-  const double round_seconds =
-      request.compute_seconds() + request.exchange_seconds();
+  const double round_seconds = RoundWallSeconds(request);
   m.wait_fraction =
       round_seconds > 0 ? request.wait_seconds() / round_seconds : 0;
 }

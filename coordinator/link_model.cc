@@ -78,14 +78,25 @@ double BoundedEma(double old_value, double sample, double weight,
   return std::clamp(ema, old_value / max_factor, old_value * max_factor);
 }
 
+namespace {
+
+// The EMA weight of a round of `seconds` against a nominal round at the
+// estimate `current` (> 0): `weight` scaled by its length, at most 1.
+double RoundWeight(double current, double seconds, double nominal_steps,
+                   double weight) {
+  return weight * std::min(1.0, seconds / (nominal_steps / current));
+}
+
+}  // namespace
+
 double UpdateStepRate(double current, double steps, double seconds,
                       double nominal_steps, double weight, double max_factor) {
   if (!(steps > 0) || !(seconds > 0)) return current;
   const double sample = steps / seconds;
   if (!(current > 0) || !(nominal_steps > 0)) return sample;
-  const double nominal_seconds = nominal_steps / current;
-  const double share = std::min(1.0, seconds / nominal_seconds);
-  return BoundedEma(current, sample, weight * share, max_factor);
+  return BoundedEma(current, sample,
+                    RoundWeight(current, seconds, nominal_steps, weight),
+                    max_factor);
 }
 
 double UpdateStepRateVariance(double current, double estimate, double steps,
@@ -95,8 +106,17 @@ double UpdateStepRateVariance(double current, double estimate, double steps,
   const double deviation = steps / seconds / estimate - 1;
   const double sample = deviation * deviation;
   if (current < 0 || !(nominal_steps > 0)) return sample;
-  const double share = std::min(1.0, seconds / (nominal_steps / estimate));
-  return (1 - weight * share) * current + weight * share * sample;
+  const double w = RoundWeight(estimate, seconds, nominal_steps, weight);
+  return (1 - w) * current + w * sample;
+}
+
+double UpdateStepRateEstimateShare(double current, double estimate,
+                                   double steps, double seconds,
+                                   double nominal_steps, double weight) {
+  if (!(steps > 0) || !(seconds > 0)) return current;
+  if (!(estimate > 0) || !(nominal_steps > 0)) return 1;
+  const double w = RoundWeight(estimate, seconds, nominal_steps, weight);
+  return (1 - w) * (1 - w) * current + w * w;
 }
 
 double UpdateLinkEstimate(double current,

@@ -112,6 +112,19 @@ double UpdateStepRateVariance(double current, double estimate, double steps,
                               double seconds, double nominal_steps,
                               double weight);
 
+// How much of one round's rate noise s_i still carries: Var(s_i) / Var(a
+// round's rate), updated with a round as UpdateStepRate takes it
+// (`estimate` = s_i before it, `current` the share before it). The first
+// sample is taken as is (share 1); each later round of weight w (the
+// EMA weight scaled by the round's length) makes it (1 - w)^2 share + w^2,
+// which falls towards w / (2 - w): 0.18 at the weight 0.3, an estimate
+// that averages about six rounds. A round without steps or time leaves it.
+// The budget planner's noise band compares estimates, so it is sized from
+// spread * sqrt(share), not from one round's spread (budget.h).
+double UpdateStepRateEstimateShare(double current, double estimate,
+                                   double steps, double seconds,
+                                   double nominal_steps, double weight);
+
 }  // namespace gasloc::coordinator
 
 #endif  // GASLOC_COORDINATOR_LINK_MODEL_H_

@@ -101,6 +101,15 @@ absl::Status CheckRequestBounds(const v1::ReportRoundRequest& request) {
                            kMaxReportSeconds));
   RETURN_IF_ERROR(
       FiniteIn("wait_seconds", request.wait_seconds(), kMaxReportSeconds));
+  RETURN_IF_ERROR(FiniteIn("round_seconds", request.round_seconds(),
+                           kMaxReportSeconds));
+  // The overlapped steps and seconds are a part of inner_steps and
+  // compute_seconds (coordinator.proto).
+  RETURN_IF_ERROR(
+      AtMost("overlap_steps", request.overlap_steps(), request.inner_steps()));
+  RETURN_IF_ERROR(FiniteIn("overlap_compute_seconds",
+                           request.overlap_compute_seconds(),
+                           request.compute_seconds()));
   if (request.inner_steps() > 0 && request.compute_seconds() > 0 &&
       request.inner_steps() / request.compute_seconds() > kMaxStepsPerSecond)
     return absl::InvalidArgumentError(absl::StrCat(

@@ -75,6 +75,10 @@ struct StoredMember {
   // UpdateStepRateVariance; < 0 = not measured; not persisted: after a
   // restart the planner uses its widest noise band until the next reports).
   double step_rate_variance = -1;
+  // Var(s_i) / Var(one round's rate) (link_model.h
+  // UpdateStepRateEstimateShare); not persisted: 1 (an estimate as noisy as
+  // one round, the widest band its spread allows) after a restart.
+  double step_rate_estimate_share = 1;
   double bytes_per_second = 0;  // EMA of b_i
   uint32_t local_steps = 0;     // H_i of the latest planned round
   float train_loss = 0;

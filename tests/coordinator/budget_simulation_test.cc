@@ -47,6 +47,9 @@ struct SimWorker {
 struct SimRound {
   std::vector<uint32_t> local_steps;   // H_i (member order)
   std::vector<double> wait_fraction;   // wait / (compute + exchange)
+  // The same at the workers' true rates (no jitter): the wait the budgets
+  // themselves cause.
+  std::vector<double> planned_wait_fraction;
   std::vector<std::vector<uint64_t>> peers;
 };
 
@@ -126,6 +129,7 @@ class ClusterSim {
       compute[i] = workers_[i].ComputeSeconds(out.local_steps[i], noise);
       arrive[i] = compute[i];
     }
+    out.planned_wait_fraction = PlannedWaits(out);
     double round_end = 0;
     for (size_t i = 0; i < n; ++i) {
       const size_t degree = out.peers[i].size();
@@ -176,6 +180,28 @@ class ClusterSim {
     reports_.clear();
     clock_.Advance(absl::Seconds(round_end));
     ++round_;
+    return out;
+  }
+
+  // Each worker's wait / (compute + exchange) had it computed its H_i at
+  // its true rate: its pair's later arrival, less its own.
+  std::vector<double> PlannedWaits(const SimRound& round) const {
+    const size_t n = workers_.size();
+    std::vector<double> arrive(n), out(n);
+    for (size_t i = 0; i < n; ++i)
+      arrive[i] = workers_[i].ComputeSeconds(round.local_steps[i], 1);
+    for (size_t i = 0; i < n; ++i) {
+      double wait = 0, edge = 0;
+      for (uint64_t peer : round.peers[i]) {
+        const size_t j = index_.at(peer);
+        wait = std::max(wait, arrive[j] - arrive[i]);
+        edge = std::max(edge, std::max(round.peers[i].size() /
+                                           workers_[i].models_per_second,
+                                       round.peers[j].size() /
+                                           workers_[j].models_per_second));
+      }
+      out[i] = wait / (arrive[i] + wait + edge);
+    }
     return out;
   }
 
@@ -234,8 +260,9 @@ TEST(BudgetSimulationTest, WaitingIsNotTakenForASlowLink) {
   }
 }
 
-// Homogeneous cluster: every H within 5% of the uniform H, even with a
-// +-2% jitter on the measured step rates.
+// Homogeneous cluster: every H is the uniform H, even with a +-2% jitter on
+// the measured step rates (within 5% before issue 32; the symmetric noise
+// band keeps it exact).
 TEST(BudgetSimulationTest, HomogeneousClusterKeepsTheUniformBudget) {
   std::vector<SimWorker> workers(5, {.steps_per_second = 10,
                                      .models_per_second = 1});
@@ -243,16 +270,17 @@ TEST(BudgetSimulationTest, HomogeneousClusterKeepsTheUniformBudget) {
   const std::vector<SimRound> history = sim.Run(30);
   for (size_t i = 0; i < workers.size(); ++i)
     for (size_t r = 0; r < history.size(); ++r)
-      EXPECT_NEAR(history[r].local_steps[i], kNominal, 0.05 * kNominal)
+      EXPECT_EQ(history[r].local_steps[i], kNominal)
           << "worker " << i << " round " << r << ": " << Describe(history, i);
 }
 
 // The same with the measured rates moving +-5% and +-12% from round to
 // round, as identical workers sharing a machine's cores measure them (the
 // homogeneous netns sweep: single rounds at 78-108 steps/s): still every
-// H = H (the noise band). Before a band, at +-5% they got H_i of 90-95
-// that the dead band then held; with a fixed 10% band, at +-12% the worker
-// measured slowest against the one measured fastest got 83-89 (rounds 2-3).
+// H_i = H exactly (the noise band). Before a band, at +-5% they got H_i of
+// 90-95 that the dead band then held; with a fixed 10% band, at +-12% the
+// worker measured slowest against the one measured fastest got 83-89
+// (rounds 2-3).
 TEST(BudgetSimulationTest, HomogeneousClusterKeepsTheUniformBudgetThroughNoise) {
   for (const double jitter : {0.05, 0.12}) {
     std::vector<SimWorker> workers(4, {.steps_per_second = 10,
@@ -261,7 +289,7 @@ TEST(BudgetSimulationTest, HomogeneousClusterKeepsTheUniformBudgetThroughNoise) 
     const std::vector<SimRound> history = sim.Run(30);
     for (size_t i = 0; i < workers.size(); ++i)
       for (size_t r = 0; r < history.size(); ++r)
-        EXPECT_GE(history[r].local_steps[i], 0.95 * kNominal)
+        EXPECT_EQ(history[r].local_steps[i], kNominal)
             << "jitter " << jitter << " worker " << i << " round " << r
             << ": " << Describe(history, i);
   }
@@ -423,6 +451,42 @@ TEST(BudgetSimulationTest, OneSlowLinkWhenOnlyTheEarlierEndMeasures) {
             << "worker " << i << ": " << Describe(history, i);
       }
     }
+  }
+}
+
+// The noise band does not make a partner wait for a worker that is really
+// slower (issue 32 item 6). On shared-core noise (+-12% a round), one
+// worker 20% slower than the others and one with a slow link (c_i = 2 s
+// against 0.5 s), over 60 rounds: once the rates have settled (round 10 on)
+// the wait the budgets cause any worker (at the true rates, jitter aside)
+// is at most the narrowest noise band, 10% of its round (measured: at most
+// 5.4%), and its measured wait, jitter included, averages at most 10%
+// (measured: at most 6.9%). Before, the band was sized from one round's
+// spread (2 sqrt(2) x 8.5% = 24%): the slower worker kept H in every round
+// and its partner's wait was 19.2% of the round (averaging 11.7%).
+TEST(BudgetSimulationTest, APartnersWaitIsBoundedByTheNoiseBand) {
+  ClusterSim sim({{.steps_per_second = 10, .models_per_second = 2},
+                  {.steps_per_second = 10, .models_per_second = 2},
+                  {.steps_per_second = 8, .models_per_second = 2},
+                  {.steps_per_second = 10, .models_per_second = 0.5}},
+                 v1::TOPOLOGY_RANDOM_ONE_PEER, /*jitter=*/0.12);
+  const std::vector<SimRound> history = sim.Run(60);
+  for (size_t i = 0; i < 4; ++i) {
+    SCOPED_TRACE(absl::StrCat("worker ", i, ": ", Describe(history, i)));
+    double waited = 0;
+    for (size_t r = 10; r < history.size(); ++r) {
+      EXPECT_LE(history[r].planned_wait_fraction[i], 0.10)
+          << "round " << r;
+      waited += history[r].wait_fraction[i];
+    }
+    EXPECT_LE(waited / (history.size() - 10), 0.10);
+  }
+  // The slower worker is planned at about 0.8 H when paired with a fast
+  // one (not H).
+  for (size_t r = 10; r < history.size(); ++r) {
+    if (history[r].peers[2] == std::vector<uint64_t>{sim.id(3)}) continue;
+    EXPECT_NEAR(history[r].local_steps[2], 0.8 * kNominal, 0.08 * kNominal)
+        << "round " << r << ": " << Describe(history, 2);
   }
 }
 

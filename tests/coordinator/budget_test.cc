@@ -238,6 +238,60 @@ TEST(BudgetTest, AnExchangeShorterThanARoundStretchesNobody) {
   EXPECT_EQ(plan.budgets[2].local_steps, 55u);
 }
 
+// The band compares estimates, and s_i averages rounds: with one round's
+// spread of 8.5% (+-12% shared-core noise) two estimates that each carry
+// 0.18 of a round's variance (the EMA's steady state at weight 0.3) are
+// told apart beyond 2 sqrt(2 x 0.18) x 8.5% = 10.2%, so a worker 20%
+// slower is planned 80. As noisy as one round (share 1, or unknown), the
+// band is 2 sqrt(2) x 8.5% = 24% and it keeps H (issue 32 item 6: its
+// partner then waits 19% of every round).
+TEST(BudgetTest, TheNoiseBandIsSizedFromTheEstimatesNoise) {
+  auto plan_with = [](double share) {
+    return PlanBudgets({{.steps_per_second = 10, .bytes_per_second = 1e8,
+                         .step_rate_spread = 0.085, .estimate_share = share},
+                        {.steps_per_second = 8, .bytes_per_second = 1e8,
+                         .step_rate_spread = 0.085, .estimate_share = share}},
+                       Adaptive(1e8));
+  };
+  BudgetPlan plan = plan_with(0.18);
+  EXPECT_NEAR(plan.budgets[1].noise_band, 0.102, 0.001);
+  EXPECT_EQ(plan.budgets[1].local_steps, 80u) << plan.budgets[1].Reason();
+  EXPECT_EQ(plan.budgets[1].guard, Budget::Guard::kNone);
+  for (const double share : {1.0, 0.0, -1.0}) {
+    plan = plan_with(share);
+    EXPECT_NEAR(plan.budgets[1].noise_band, 0.240, 0.001) << share;
+    EXPECT_EQ(plan.budgets[1].local_steps, 100u) << plan.budgets[1].Reason();
+  }
+}
+
+// The band is symmetric about H: in a stretched round (a pair's exchange
+// of 10 s: T = 1 + 10 = 11 s) the fast pair's formula gives
+// (11 - 0.5) x 10 = 105, within 10% above H: H, as 95 would be below it.
+// Outside the band (an exchange of 12.5 s: 130) the formula's stands.
+TEST(BudgetTest, TheNoiseBandIsSymmetricAboutH) {
+  BudgetOptions o = Adaptive();
+  o.max_steps = 4 * o.nominal_steps;
+  const WorkerRates rates{.steps_per_second = 10, .bytes_per_second = 1e8};
+  auto plan_with = [&](double slow_exchange) {
+    return PlanBudgets({rates, rates, rates, rates},
+                       {PairedWith(1, 0.5), PairedWith(0, 0.5),
+                        PairedWith(3, slow_exchange),
+                        PairedWith(2, slow_exchange)},
+                       o);
+  };
+  BudgetPlan plan = plan_with(10);
+  ASSERT_TRUE(plan.target_from_floor);
+  EXPECT_DOUBLE_EQ(plan.budgets[0].raw_steps, 105);
+  EXPECT_EQ(plan.budgets[0].local_steps, 100u) << plan.budgets[0].Reason();
+  EXPECT_EQ(plan.budgets[0].guard, Budget::Guard::kNoiseBand);
+  EXPECT_THAT(plan.budgets[0].Reason(),
+              HasSubstr("the formula's 105 is within the noise band above H: "
+                        "10%"));
+  plan = plan_with(12.5);
+  EXPECT_EQ(plan.budgets[0].local_steps, 130u) << plan.budgets[0].Reason();
+  EXPECT_EQ(plan.budgets[0].guard, Budget::Guard::kNone);
+}
+
 TEST(BudgetTest, SmallChangesAreWithinTheDeadBand) {
   auto previous = [](uint32_t steps) {
     return WorkerRound{.exchange = {}, .previous_steps = steps};

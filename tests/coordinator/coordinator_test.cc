@@ -402,6 +402,82 @@ TEST_F(CoordinatorTest, TheFirstRoundsStepRateIsAWarmUp) {
   EXPECT_EQ(Ask(b, job, 1)->local_steps(), 100u);
 }
 
+// Under outer.overlap_exchange compute_seconds includes the steps taken
+// during the exchange, so compute + exchange counts those seconds twice:
+// the wait is a share of round_seconds, the round's wall time (issue 32
+// item 3). Before, 2 s of wait in an 11 s round read 2 / 15 = 13%.
+TEST_F(CoordinatorTest, TheWaitIsAShareOfTheRoundsWallTime) {
+  const uint64_t a = Register(), b = Register();
+  const uint64_t job = Start(Spec(2));
+  ASSERT_EQ(Ask(a, job, -1)->round(), 0u);
+  ASSERT_EQ(Ask(b, job, -1)->round(), 0u);
+  // a: 6 s of compute alone, then a 5 s exchange (2 s of it waiting)
+  // beside which it took 40 steps in 4 s: 11 s from start to end.
+  v1::ReportRoundRequest overlapped = RoundReport(a, job, 0);
+  overlapped.set_compute_seconds(10);
+  overlapped.set_overlap_steps(40);
+  overlapped.set_overlap_compute_seconds(4);
+  overlapped.set_exchange_seconds(5);
+  overlapped.set_wait_seconds(2);
+  overlapped.set_round_seconds(11);
+  ASSERT_TRUE(coord_->ReportRound(overlapped).ok());
+  // b: an older worker, no round_seconds: compute + exchange.
+  v1::ReportRoundRequest older = RoundReport(b, job, 0);
+  older.set_exchange_seconds(5);
+  older.set_wait_seconds(3);
+  ASSERT_TRUE(coord_->ReportRound(older).ok());
+  ASSERT_EQ(Ask(a, job, 0)->round(), 1u);
+  auto st = coord_->GetJob(job);
+  ASSERT_TRUE(st.ok());
+  ASSERT_EQ(st->worker_budgets_size(), 2);
+  for (const v1::WorkerBudget& w : st->worker_budgets()) {
+    SCOPED_TRACE(absl::StrCat("worker ", w.worker_id()));
+    EXPECT_NEAR(w.wait_fraction(), w.worker_id() == a ? 2.0 / 11 : 3.0 / 15,
+                1e-9);
+  }
+}
+
+// s_i is the rate of the steps taken alone: the steps beside the exchange
+// share the CPU with its thread (issue 32 item 4). a takes 60 steps alone
+// at 9.5 steps/s and 40 beside the exchange at 5 steps/s: s_a = 9.5, its
+// rate's spread 0, so 95 steps is within the narrowest noise band (10%)
+// of b's 10 steps/s and a keeps H. Before, s_a was 100 / 14.3 s = 7
+// steps/s: a was planned 70 steps. A round with every step overlapped
+// leaves s_a as it was.
+TEST_F(CoordinatorTest, TheStepRateIsTheRateOfTheStepsTakenAlone) {
+  const uint64_t a = Register(), b = Register();
+  const uint64_t job = Start(Spec(2));
+  ASSERT_EQ(Ask(a, job, -1)->round(), 0u);
+  ASSERT_EQ(Ask(b, job, -1)->round(), 0u);
+  auto overlapped = [&](uint64_t round, uint32_t alone) {
+    v1::ReportRoundRequest r = RoundReport(a, job, round);
+    r.set_overlap_steps(100 - alone);
+    r.set_overlap_compute_seconds((100 - alone) / 5.0);
+    r.set_compute_seconds(alone / 9.5 + (100 - alone) / 5.0);
+    return r;
+  };
+  // Round 0 is the warm-up; round 1 gives s_i, round 2 its spread.
+  for (uint64_t round = 0; round < 3; ++round) {
+    ASSERT_TRUE(coord_->ReportRound(overlapped(round, 60)).ok());
+    ASSERT_TRUE(coord_->ReportRound(RoundReport(b, job, round)).ok());
+    ASSERT_EQ(Ask(a, job, static_cast<int64_t>(round))->round(), round + 1);
+  }
+  auto a3 = Ask(a, job, 2);
+  EXPECT_EQ(a3->local_steps(), 100u) << a3->budget_reason();
+  EXPECT_THAT(a3->budget_reason(),
+              HasSubstr("the formula's 95 is within the noise band below H: "
+                        "10%"));
+  ASSERT_TRUE(coord_->ReportRound(overlapped(3, 0)).ok());
+  ASSERT_TRUE(coord_->ReportRound(RoundReport(b, job, 3)).ok());
+  ASSERT_EQ(Ask(a, job, 3)->round(), 4u);
+  auto st = coord_->GetJob(job);
+  ASSERT_TRUE(st.ok());
+  ASSERT_EQ(st->worker_budgets_size(), 2);
+  EXPECT_EQ(st->worker_budgets(0).worker_id(), a);
+  EXPECT_NEAR(st->worker_budgets(0).steps_per_second(), 9.5, 1e-9)
+      << st->worker_budgets(0).reason();
+}
+
 TEST_F(CoordinatorTest, SlowLinkGetsFewerSteps) {
   const std::vector<uint64_t> ids = RegisterN(4);
   const uint64_t job = Start(Spec(4));

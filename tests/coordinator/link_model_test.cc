@@ -166,5 +166,23 @@ TEST(LinkModelTest, StepRateVarianceIsTheRoundsSquaredRelativeDeviation) {
   EXPECT_DOUBLE_EQ(UpdateStepRateVariance(0.02, 10, 0, 1, 100, 0.3), 0.02);
 }
 
+// How much of a round's variance s_i still carries: 1 from its first
+// sample, then (1 - w)^2 share + w^2 with the round's weight w, towards
+// w / (2 - w) (0.18 at 0.3).
+TEST(LinkModelTest, TheEstimatesShareOfARoundsVarianceFallsAsRoundsAverage) {
+  EXPECT_DOUBLE_EQ(UpdateStepRateEstimateShare(1, 0, 100, 10, 100, 0.3), 1);
+  EXPECT_NEAR(UpdateStepRateEstimateShare(1, 10, 100, 10, 100, 0.3),
+              0.49 + 0.09, 1e-12);
+  // 10 steps in 1 s against a nominal 10 s: weight 0.03.
+  EXPECT_NEAR(UpdateStepRateEstimateShare(1, 10, 10, 1, 100, 0.3),
+              0.97 * 0.97 + 0.03 * 0.03, 1e-12);
+  // No round: unchanged.
+  EXPECT_DOUBLE_EQ(UpdateStepRateEstimateShare(0.5, 10, 0, 1, 100, 0.3), 0.5);
+  double share = 1;
+  for (int i = 0; i < 60; ++i)
+    share = UpdateStepRateEstimateShare(share, 10, 100, 10, 100, 0.3);
+  EXPECT_NEAR(share, 0.3 / 1.7, 1e-6);
+}
+
 }  // namespace
 }  // namespace gasloc::coordinator

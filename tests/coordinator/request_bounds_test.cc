@@ -85,6 +85,20 @@ TEST(RequestBounds, ReportRoundNumbers) {
   bad = report;
   for (int i = 0; i <= kMaxFailedPeers; ++i) bad.add_failed_peers(i);
   ExpectRefused(CheckRequestBounds(bad), "failed_peers");
+  // The overlapped steps and seconds are a part of the round's.
+  report.set_overlap_steps(40);
+  report.set_overlap_compute_seconds(1.5);
+  report.set_round_seconds(3.0);
+  EXPECT_TRUE(CheckRequestBounds(report).ok());
+  bad = report;
+  bad.set_overlap_steps(101);
+  ExpectRefused(CheckRequestBounds(bad), "overlap_steps");
+  bad = report;
+  bad.set_overlap_compute_seconds(2.6);
+  ExpectRefused(CheckRequestBounds(bad), "overlap_compute_seconds");
+  bad = report;
+  bad.set_round_seconds(std::numeric_limits<double>::infinity());
+  ExpectRefused(CheckRequestBounds(bad), "round_seconds");
   // A failed round's loss is whatever the worker had: not checked.
   bad = report;
   bad.set_outcome(v1::ROUND_OUTCOME_FAILED);
