@@ -27,6 +27,11 @@ inline constexpr absl::string_view kErrorDomain = "gasloc";
 //   JOB_NOT_FOUND: the coordinator does not know the job (it lost its
 //     database, or forgot the ended job): a worker drops the job.
 inline constexpr absl::string_view kJobNotFound = "JOB_NOT_FOUND";
+//   RECEIVER_NOT_READY: a peer's mailbox waited its early_chunk_wait for
+//     the transfer to be registered and it was not (the peer is still in
+//     an earlier round): the sender sends again on a new stream until its
+//     own deadline (RunTransfers, worker/exchange/mailbox.h).
+inline constexpr absl::string_view kReceiverNotReady = "RECEIVER_NOT_READY";
 
 // `status` with its kind set (OK stays OK).
 inline absl::Status WithErrorKind(absl::Status status, absl::string_view kind) {

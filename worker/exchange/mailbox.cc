@@ -5,6 +5,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/error_kind.h"
+#include "common/log.h"
 
 namespace gasloc {
 
@@ -238,10 +240,12 @@ absl::Status Mailbox::UnexpectedLocked(const v1::ChunkHeader& h,
           " expects job ", e.key.job_id, " from sender ", h.sender_id()));
   }
   if (final_check)
-    return absl::FailedPreconditionError(absl::StrCat(
-        "worker ", self_id(), " expects no transfer of ", what,
-        " (waited ", absl::FormatDuration(options_.early_chunk_wait),
-        " for it to be registered)"));
+    return WithErrorKind(
+        absl::FailedPreconditionError(absl::StrCat(
+            "worker ", self_id(), " expects no transfer of ", what,
+            " (waited ", absl::FormatDuration(options_.early_chunk_wait),
+            " for it to be registered)")),
+        kReceiverNotReady);
   return absl::OkStatus();
 }
 
@@ -353,6 +357,41 @@ void Mailbox::EndStream(Transfer& t, const absl::Status& why) {
                     " elements without the last chunk")));
 }
 
+namespace {
+
+// `send`, again on a new stream for as long as the peer's mailbox answers
+// that it has not registered the transfer yet (RECEIVER_NOT_READY: it is
+// still in an earlier round) and `deadline` has not passed. A partner
+// lagging more than its early_chunk_wait behind is so waited for up to
+// the exchange's deadline like any other late partner; before, the send
+// failed after early_chunk_wait (10 s) and both ends dropped the edge
+// (docs/exchange.md, "A partner still in an earlier round").
+TransferOutcome SendUntilReceiverReady(
+    const Mailbox& mailbox, const TransferKey& key,
+    const OutgoingTransfer& transfer, absl::Time deadline,
+    const std::function<TransferOutcome(const OutgoingTransfer&)>& send) {
+  const Clock& clock = mailbox.clock();
+  const absl::Time start = clock.Now();
+  TransferOutcome outcome = send(transfer);
+  int attempts = 1;
+  while (HasErrorKind(outcome.status, kReceiverNotReady) &&
+         clock.Now() < deadline) {
+    ++attempts;
+    outcome = send(transfer);
+  }
+  if (attempts > 1) {
+    outcome.seconds = absl::ToDoubleSeconds(clock.Now() - start);
+    GASLOC_LOG(INFO) << DescribeKey(key) << ": peer " << transfer.peer_id
+                     << " was still in an earlier round; sent " << attempts
+                     << " times over " << outcome.seconds << " s: "
+                     << (outcome.status.ok() ? "OK"
+                                             : outcome.status.ToString());
+  }
+  return outcome;
+}
+
+}  // namespace
+
 std::vector<TransferOutcome> RunTransfers(
     Mailbox& mailbox, const TransferKey& key,
     std::span<const OutgoingTransfer> sends,
@@ -362,11 +401,14 @@ std::vector<TransferOutcome> RunTransfers(
   // Register the receives before anything is sent, so a faster peer's
   // chunks find them.
   const absl::Status expected = mailbox.Expect(key, receives, deadline);
-  std::vector<std::thread> senders;
+  // One thread per send (bounded by the round's peers), owned here:
+  // std::jthread joins on every way out of this scope.
+  std::vector<std::jthread> senders;
   senders.reserve(sends.size());
   for (size_t i = 0; i < sends.size(); ++i)
     senders.emplace_back([&, i] {
-      outcomes[i] = send(sends[i]);
+      outcomes[i] =
+          SendUntilReceiverReady(mailbox, key, sends[i], deadline, send);
       // FAILED_PRECONDITION from the peer means it will not take part in
       // this transfer (it finished the round, or the schedule it holds does
       // not name us), so it will not send either: stop waiting for it now
@@ -390,7 +432,7 @@ std::vector<TransferOutcome> RunTransfers(
     }
     outcome = mailbox.Await(key, receives[i].peer_id);
   }
-  for (std::thread& t : senders) t.join();
+  senders.clear();  // joins them
   return outcomes;
 }
 

@@ -146,8 +146,11 @@ class Mailbox {
 };
 
 // The common body of PeerTransport::Exchange: registers `receives` in
-// `mailbox`, runs `send` for every send on its own thread, awaits every
-// receive, and returns the outcomes (sends first, in order).
+// `mailbox`, runs `send` for every send on its own thread (a std::jthread
+// joined before it returns), awaits every receive, and returns the
+// outcomes (sends first, in order). A send the peer refuses as not yet
+// registered (kind RECEIVER_NOT_READY: the peer is still in an earlier
+// round) is sent again on a new stream until `deadline`.
 std::vector<TransferOutcome> RunTransfers(
     Mailbox& mailbox, const TransferKey& key,
     std::span<const OutgoingTransfer> sends,

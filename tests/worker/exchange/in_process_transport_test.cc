@@ -12,6 +12,7 @@
 #include "common/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/support/wait_for.h"
 #include "worker/exchange/wire_codec.h"
 
 namespace gasloc {
@@ -266,6 +267,47 @@ TEST_F(InProcessTest, UnknownPeerIsUnavailable) {
   auto out = a_->Exchange(key_, {&send, 1}, {}, options_);
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(out[0].status.code(), absl::StatusCode::kUnavailable);
+}
+// Worker 1 is still in an earlier round: it registers its receive 6 s
+// after worker 2 started sending, past the mailbox's 5 s early_chunk_wait
+// but within the 30 s deadline. Worker 2's first stream is refused as not
+// yet registered (the mailbox saw the clock pass its wait), worker 2 sends
+// again, and the transfer commits. Before, the send failed with
+// FAILED_PRECONDITION "expects no transfer" and worker 2 gave up on
+// worker 1 for the round: a dropped edge whenever a partner lagged more
+// than early_chunk_wait behind (issue 32 item 8).
+TEST_F(InProcessTest, APartnerStillInAnEarlierRoundIsWaitedForUpToTheDeadline) {
+  options_.chunk_bytes = 4096;
+  options_.deadline = clock_.Now() + absl::Seconds(30);
+  const absl::Time start = clock_.Now();
+  std::vector<TransferOutcome> sent;
+  std::thread sender([&] {
+    OutgoingTransfer send{1, InProcessNetwork::Address(1), model_b_, 0,
+                          kArena};
+    sent = b_->Exchange(key_, {&send, 1}, {}, options_);
+  });
+  // Worker 2's first stream waits for the registration; the clock passes
+  // its 5 s, and the wait sees it (its refusal is certain from then on).
+  clock_.AwaitWaiters(1);
+  const uint64_t waits = clock_.waits();
+  clock_.Advance(absl::Seconds(6));
+  ASSERT_TRUE(WaitFor([&] { return clock_.waits() > waits; },
+                      absl::Seconds(10)));
+  std::vector<TransferOutcome> received;
+  std::thread receiver([&] {
+    IncomingTransfer recv{2, scratch_a_, 0, kArena};
+    received = a_->Exchange(key_, {}, {&recv, 1}, options_);
+  });
+  sender.join();
+  // Without a second send, worker 1 would wait for its deadline.
+  if (!sent.at(0).status.ok()) clock_.Advance(absl::Seconds(30));
+  receiver.join();
+  ASSERT_EQ(received.size(), 1u);
+  EXPECT_TRUE(sent[0].status.ok()) << sent[0].status;
+  EXPECT_TRUE(received[0].status.ok()) << received[0].status;
+  EXPECT_EQ(scratch_a_, model_b_);
+  EXPECT_GE(sent[0].seconds, 6.0);
+  EXPECT_EQ(clock_.Now() - start, absl::Seconds(6));
 }
 
 }  // namespace
