@@ -5,7 +5,8 @@
 // (outer.next_round); for each round with at least two of them it prints
 // one JSON line:
 //   {"round": R, "models": n, "parameters": P,
-//    "consensus_distance": (1/n) sum_i ||theta_i - theta_bar||^2,
+//    "consensus_distance": (1/n) sum_i ||theta_i - theta_bar||^2 (the mean
+//    square), "consensus_rms": its square root (the spec's definition),
 //    "max_squared_distance": ..., "avg_val_bpb": bpb of theta_bar}
 // The average model is evaluated exactly as the workers evaluate theirs
 // (the job spec's corpus, train fraction and validation windows).
@@ -111,11 +112,11 @@ int RunConsensusBench(int argc, char** argv) {
     // next_round R = the model after round R - 1.
     std::printf(
         "{\"round\": %llu, \"models\": %zu, \"parameters\": %zu, "
-        "\"consensus_distance\": %.9g, \"max_squared_distance\": %.9g, "
-        "\"avg_val_bpb\": %.6f}\n",
+        "\"consensus_distance\": %.9g, \"consensus_rms\": %.9g, "
+        "\"max_squared_distance\": %.9g, \"avg_val_bpb\": %.6f}\n",
         static_cast<unsigned long long>(round == 0 ? 0 : round - 1),
         stats.models, stats.parameters, stats.consensus_distance,
-        stats.max_squared_distance, *bpb);
+        stats.consensus_rms, stats.max_squared_distance, *bpb);
   }
   return 0;
 }

@@ -1,6 +1,7 @@
 #include "bench/consensus_stats.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace gasloc::bench {
 
@@ -30,6 +31,7 @@ ConsensusStats ComputeConsensus(
     stats.max_squared_distance = std::max(stats.max_squared_distance, squared);
   }
   stats.consensus_distance = total * inv;
+  stats.consensus_rms = std::sqrt(stats.consensus_distance);
   return stats;
 }
 

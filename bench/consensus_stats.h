@@ -18,8 +18,12 @@ namespace gasloc::bench {
 struct ConsensusStats {
   size_t models = 0;
   size_t parameters = 0;
-  // (1/n) sum_i ||theta_i - theta_bar||^2, in squared parameter units.
+  // (1/n) sum_i ||theta_i - theta_bar||^2, in squared parameter units: the
+  // mean square that the docs' tables report as "consensus distance".
   double consensus_distance = 0;
+  // sqrt(consensus_distance): the spec's consensus distance, a root mean
+  // square in parameter units (docs/algorithms.md section 7).
+  double consensus_rms = 0;
   // The largest ||theta_i - theta_bar||^2 over the workers.
   double max_squared_distance = 0;
 };

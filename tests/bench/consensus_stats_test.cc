@@ -1,5 +1,6 @@
 #include "bench/consensus_stats.h"
 
+#include <cmath>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -21,7 +22,8 @@ TEST(ComputeConsensus, MeanSquaredDistanceToTheAverage) {
   ASSERT_EQ(average.size(), 2u);
   EXPECT_FLOAT_EQ(average[0], 2);
   EXPECT_FLOAT_EQ(average[1], 0);
-  EXPECT_DOUBLE_EQ(stats.consensus_distance, 10.0 / 3.0);
+  EXPECT_DOUBLE_EQ(stats.consensus_distance, 10.0 / 3.0);  // mean square
+  EXPECT_DOUBLE_EQ(stats.consensus_rms, std::sqrt(10.0 / 3.0));  // the spec's
   EXPECT_DOUBLE_EQ(stats.max_squared_distance, 5);
 }
 
