@@ -18,6 +18,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "tests/integration/test_cluster.h"
+#include "tests/support/wait_for.h"
 
 namespace gasloc::testing {
 namespace {
@@ -42,17 +43,15 @@ class BoundsTest : public ::testing::Test {
   void TearDown() override { cluster_.StopAll(); }
 
   bool WaitForLiveWorkers(int n) {
-    const absl::Time deadline = absl::Now() + absl::Seconds(20);
-    while (absl::Now() < deadline) {
-      grpc::ClientContext context;
-      v1::ListWorkersRequest request;
-      v1::ListWorkersResponse response;
-      if (cluster_.stub().ListWorkers(&context, request, &response).ok() &&
-          response.workers_size() == n)
-        return true;
-      absl::SleepFor(absl::Milliseconds(100));
-    }
-    return false;
+    return WaitFor(
+        [&] {
+          grpc::ClientContext context;
+          v1::ListWorkersRequest request;
+          v1::ListWorkersResponse response;
+          return cluster_.stub().ListWorkers(&context, request, &response).ok() &&
+                 response.workers_size() == n;
+        },
+        absl::Seconds(20), absl::Milliseconds(100));
   }
 
   grpc::Status StartJob(const v1::JobSpec& spec) {

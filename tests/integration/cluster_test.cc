@@ -16,6 +16,7 @@
 #include "tests/integration/test_cluster.h"
 #include "tests/support/http_get.h"
 #include "tests/support/subprocess.h"
+#include "tests/support/wait_for.h"
 
 namespace gasloc::testing {
 namespace {
@@ -223,10 +224,12 @@ void JoinMidRun(Cluster& cluster) {
   v1::JobSpec spec = cluster.TinySpec(v1::ALGORITHM_GASLOC, 1000000, 2);
   const uint64_t job = cluster.StartJob(spec);
   const absl::Time give_up = absl::Now() + absl::Seconds(120);
-  while (cluster.WorkerLog(0).find("round 1 done") == std::string::npos) {
-    ASSERT_LT(absl::Now(), give_up) << cluster.WorkerLog(0);
-    absl::SleepFor(absl::Milliseconds(20));
-  }
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return cluster.WorkerLog(0).find("round 1 done") != std::string::npos;
+      },
+      give_up, absl::Milliseconds(20)))
+      << cluster.WorkerLog(0);
   ASSERT_NO_FATAL_FAILURE(cluster.StartWorkers(1));
   static const std::regex kRoundDone(R"(round [0-9]+ done)");
   auto joiner_rounds = [&] {
@@ -235,10 +238,9 @@ void JoinMidRun(Cluster& cluster) {
         std::sregex_iterator(log.begin(), log.end(), kRoundDone),
         std::sregex_iterator());
   };
-  while (joiner_rounds() < kJoinerRounds) {
-    ASSERT_LT(absl::Now(), give_up) << cluster.WorkerLog(2);
-    absl::SleepFor(absl::Milliseconds(50));
-  }
+  ASSERT_TRUE(WaitFor([&] { return joiner_rounds() >= kJoinerRounds; },
+                      give_up, absl::Milliseconds(50)))
+      << cluster.WorkerLog(2);
   grpc::ClientContext context;
   v1::StopJobRequest stop;
   stop.set_job_id(job);
@@ -291,11 +293,13 @@ TEST(ClusterTest, KilledPeerMakesItsPartnerTimeOutAndContinue) {
   const uint64_t job = cluster.StartJob(spec);
 
   // Kill worker 1 as soon as it starts exchanging in round 1.
-  const absl::Time give_up = absl::Now() + absl::Seconds(60);
-  while (cluster.WorkerLog(1).find("round 1: exchanging") == std::string::npos) {
-    ASSERT_LT(absl::Now(), give_up) << cluster.WorkerLog(1);
-    absl::SleepFor(absl::Milliseconds(2));
-  }
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return cluster.WorkerLog(1).find("round 1: exchanging") !=
+               std::string::npos;
+      },
+      absl::Seconds(60), absl::Milliseconds(2)))
+      << cluster.WorkerLog(1);
   cluster.worker(1).Signal(SIGKILL);
   const v1::JobStatus status = cluster.WaitForJobEnd(job, absl::Seconds(120));
   EXPECT_EQ(status.state(), v1::JOB_STATE_FINISHED) << status.message();

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/integration/test_cluster.h"
+#include "tests/support/wait_for.h"
 
 namespace gasloc::testing {
 namespace {
@@ -22,13 +23,13 @@ TEST(CoordinatorLoss, WorkersTakeANewJobWithinALeasePeriod) {
   const uint64_t old_job =
       cluster.StartJob(cluster.TinySpec(v1::ALGORITHM_GASLOC, 1000, 2));
   ASSERT_NE(old_job, 0u);
-  absl::Time give_up = absl::Now() + absl::Seconds(60);
-  while (true) {
-    auto st = cluster.GetJob(old_job);
-    if (st.ok() && st->rounds_completed() >= 2) break;
-    ASSERT_LT(absl::Now(), give_up) << "the first job did not train";
-    absl::SleepFor(absl::Milliseconds(20));
-  }
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        auto st = cluster.GetJob(old_job);
+        return st.ok() && st->rounds_completed() >= 2;
+      },
+      absl::Seconds(60), absl::Milliseconds(20)))
+      << "the first job did not train";
   const size_t log0 = cluster.WorkerLog(0).size();
   ASSERT_NO_FATAL_FAILURE(cluster.RestartCoordinator(/*delete_database=*/true));
   const absl::Time restarted = absl::Now();
@@ -37,20 +38,16 @@ TEST(CoordinatorLoss, WorkersTakeANewJobWithinALeasePeriod) {
   EXPECT_EQ(job, old_job) << "a new database numbers jobs from 1 again";
 
   // Both workers are members of the new job within a lease period.
-  absl::Duration took;
-  while (true) {
-    auto st = cluster.GetJob(job);
-    if (st.ok() && st->state() == v1::JOB_STATE_RUNNING &&
-        st->worker_ids_size() == 2) {
-      took = absl::Now() - restarted;
-      break;
-    }
-    if (absl::Now() > restarted + absl::Seconds(30)) {
-      FAIL() << "the workers never took the new job; logs in " << cluster.dir()
-             << "\n" << cluster.WorkerLog(0).substr(log0);
-    }
-    absl::SleepFor(absl::Milliseconds(20));
-  }
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        auto st = cluster.GetJob(job);
+        return st.ok() && st->state() == v1::JOB_STATE_RUNNING &&
+               st->worker_ids_size() == 2;
+      },
+      restarted + absl::Seconds(30), absl::Milliseconds(20)))
+      << "the workers never took the new job; logs in " << cluster.dir()
+      << "\n" << cluster.WorkerLog(0).substr(log0);
+  const absl::Duration took = absl::Now() - restarted;
   std::printf("both workers in the new job %.2f s after the restart\n",
               absl::ToDoubleSeconds(took));
   const v1::JobStatus end = cluster.WaitForJobEnd(job, absl::Seconds(60));

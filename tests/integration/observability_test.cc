@@ -36,6 +36,7 @@
 #include "tests/support/exposition.h"
 #include "tests/support/http_get.h"
 #include "tests/support/subprocess.h"
+#include "tests/support/wait_for.h"
 
 namespace gasloc::testing {
 namespace {
@@ -147,12 +148,10 @@ class PrometheusServer {
         absl::StrCat(dir, "/prometheus.log"));
     ASSERT_TRUE(child.ok()) << child.status();
     process_ = std::make_unique<Subprocess>(std::move(*child));
-    const absl::Time give_up = absl::Now() + absl::Seconds(30);
-    while (!HttpGet(port_, "/-/ready").ok()) {
-      ASSERT_LT(absl::Now(), give_up)
-          << "prometheus not ready; log:\n" << ReadFile(absl::StrCat(dir, "/prometheus.log"));
-      absl::SleepFor(absl::Milliseconds(100));
-    }
+    ASSERT_TRUE(WaitFor([&] { return HttpGet(port_, "/-/ready").ok(); },
+                        absl::Seconds(30), absl::Milliseconds(100)))
+        << "prometheus not ready; log:\n"
+        << ReadFile(absl::StrCat(dir, "/prometheus.log"));
   }
 
   void Stop() {

@@ -15,6 +15,7 @@
 #include "server/credentials.h"
 #include "tests/support/test_auth.h"
 #include "tests/support/test_corpus.h"
+#include "tests/support/wait_for.h"
 #include "worker/model/model.h"
 #include "worker/train/checkpoint.h"
 
@@ -192,15 +193,14 @@ uint64_t Cluster::StartJob(const v1::JobSpec& spec) {
 
 v1::JobStatus Cluster::WaitForJobEnd(uint64_t job_id, absl::Duration timeout) {
   if (job_id == 0) return {};
-  const absl::Time deadline = absl::Now() + timeout;
   v1::JobStatus job;
-  while (absl::Now() < deadline) {
-    if (auto now = GetJob(job_id); now.ok()) {
-      job = *now;
-      if (coordinator::IsEnded(job.state())) return job;
-    }
-    absl::SleepFor(absl::Milliseconds(200));
-  }
+  const bool ended = WaitFor(
+      [&] {
+        if (auto now = GetJob(job_id); now.ok()) job = *now;
+        return coordinator::IsEnded(job.state());
+      },
+      timeout, absl::Milliseconds(200));
+  if (ended) return job;
   ADD_FAILURE() << "job " << job_id << " did not end in time; last state "
                 << v1::JobState_Name(job.state()) << ", logs in " << dir_;
   return job;

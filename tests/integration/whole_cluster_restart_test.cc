@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/integration/test_cluster.h"
+#include "tests/support/wait_for.h"
 
 namespace gasloc::testing {
 namespace {
@@ -41,12 +42,16 @@ v1::JobSpec RestartSpec(Cluster& cluster, int rounds) {
 v1::JobStatus WaitForJob(Cluster& cluster, uint64_t job,
                          const std::function<bool(const v1::JobStatus&)>& done,
                          const std::string& what) {
-  const absl::Time give_up = absl::Now() + absl::Seconds(90);
-  while (absl::Now() < give_up) {
-    auto st = cluster.GetJob(job);
-    if (st.ok() && done(*st)) return *st;
-    absl::SleepFor(absl::Milliseconds(20));
-  }
+  v1::JobStatus last;
+  if (WaitFor(
+          [&] {
+            auto st = cluster.GetJob(job);
+            if (!st.ok() || !done(*st)) return false;
+            last = *st;
+            return true;
+          },
+          absl::Seconds(90), absl::Milliseconds(20)))
+    return last;
   ADD_FAILURE() << "timed out waiting for " << what << "; logs in "
                 << cluster.dir();
   return {};
@@ -115,11 +120,10 @@ void RestartAndCheckResume(Cluster& cluster, int n, const v1::CheckpointSet& set
   }
   const absl::Time give_up = absl::Now() + absl::Seconds(90);
   for (int i = 0; i < n; ++i) {
-    while (ResumedFrom(cluster, i, (*log_offsets)[i]).path.empty()) {
-      ASSERT_LT(absl::Now(), give_up)
-          << "worker " << i << " never resumed:\n" << cluster.WorkerLog(i);
-      absl::SleepFor(absl::Milliseconds(50));
-    }
+    ASSERT_TRUE(WaitFor(
+        [&] { return !ResumedFrom(cluster, i, (*log_offsets)[i]).path.empty(); },
+        give_up, absl::Milliseconds(50)))
+        << "worker " << i << " never resumed:\n" << cluster.WorkerLog(i);
     resumed->push_back(ResumedFrom(cluster, i, (*log_offsets)[i]));
     EXPECT_EQ(resumed->back().round, set.round() + 1)
         << "worker " << i << " loaded " << resumed->back().path
@@ -256,11 +260,13 @@ TEST(JobResume, AStoppedJobRunsOnFromItsCheckpointSet) {
   // Both workers dropped it.
   const absl::Time give_up = absl::Now() + absl::Seconds(60);
   for (int i = 0; i < 2; ++i)
-    while (cluster.WorkerLog(i).find(absl::StrCat("job ", job, " dropped")) ==
-           std::string::npos) {
-      ASSERT_LT(absl::Now(), give_up) << cluster.WorkerLog(i);
-      absl::SleepFor(absl::Milliseconds(50));
-    }
+    ASSERT_TRUE(WaitFor(
+        [&] {
+          return cluster.WorkerLog(i).find(absl::StrCat(
+                     "job ", job, " dropped")) != std::string::npos;
+        },
+        give_up, absl::Milliseconds(50)))
+        << cluster.WorkerLog(i);
   std::tie(rc, out) = Ctl(cluster, absl::StrCat("job status ", job));
   EXPECT_EQ(rc, 0) << out;
   const v1::CheckpointSet set = stopped.checkpoint_set();
@@ -274,10 +280,10 @@ TEST(JobResume, AStoppedJobRunsOnFromItsCheckpointSet) {
   ASSERT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("RUNNING"), std::string::npos) << out;
   for (int i = 0; i < 2; ++i) {
-    while (ResumedFrom(cluster, i, offsets[i]).path.empty()) {
-      ASSERT_LT(absl::Now(), give_up) << cluster.WorkerLog(i);
-      absl::SleepFor(absl::Milliseconds(50));
-    }
+    ASSERT_TRUE(WaitFor(
+        [&] { return !ResumedFrom(cluster, i, offsets[i]).path.empty(); },
+        give_up, absl::Milliseconds(50)))
+        << cluster.WorkerLog(i);
     EXPECT_EQ(ResumedFrom(cluster, i, offsets[i]).round, set.round() + 1);
   }
   const v1::JobStatus end = cluster.WaitForJobEnd(job, absl::Seconds(120));

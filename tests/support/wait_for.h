@@ -4,7 +4,7 @@
 //                       absl::Now() + absl::Seconds(10)));
 //
 // The predicate is checked at once and then every millisecond of real time
-// until it holds or `deadline` passes, so a test takes as long as the event
+// (or every `poll`) until it holds or `deadline` passes, so a test takes as long as the event
 // does, and a missing event fails the test (returns false) instead of
 // hanging it. For waits on a FakeClock, prefer its AwaitWaiters / waits().
 //
@@ -19,18 +19,22 @@
 namespace gasloc {
 
 // True once `predicate` holds; false if it still does not at `deadline`.
-inline bool WaitFor(absl::FunctionRef<bool()> predicate, absl::Time deadline) {
+// `poll` is the pause between checks: longer for a predicate that costs
+// something (an RPC, an HTTP query, reading a log file).
+inline bool WaitFor(absl::FunctionRef<bool()> predicate, absl::Time deadline,
+                    absl::Duration poll = absl::Milliseconds(1)) {
   while (!predicate()) {
     if (absl::Now() >= deadline) return predicate();
-    absl::SleepFor(absl::Milliseconds(1));
+    absl::SleepFor(poll);
   }
   return true;
 }
 
 // WaitFor with a deadline `timeout` from now.
 inline bool WaitFor(absl::FunctionRef<bool()> predicate,
-                    absl::Duration timeout) {
-  return WaitFor(predicate, absl::Now() + timeout);
+                    absl::Duration timeout,
+                    absl::Duration poll = absl::Milliseconds(1)) {
+  return WaitFor(predicate, absl::Now() + timeout, poll);
 }
 
 }  // namespace gasloc

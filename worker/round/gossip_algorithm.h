@@ -1,5 +1,5 @@
-// The gossip exchange and outer update shared by GASLoC (gasloc_gossip.cc)
-// and D-PSGD (dpsgd.cc): what is gossiped by momentum placement, one
+// The gossip exchange and outer update shared by GASLoC (algorithms/gasloc_gossip.cc)
+// and D-PSGD (algorithms/dpsgd.cc): what is gossiped by momentum placement, one
 // exchange with every peer of the round, the poisoning guard, the
 // two-phase edge confirmation and GossipOuterStep
 // (docs/outer_algorithms.md). The two differ only in the spec's numbers

@@ -4,7 +4,7 @@
 // implementation per algorithm, each in its own file, chosen once per job
 // through OuterAlgorithmRegistry (outer_algorithm_registry.h):
 //
-//   algorithm      file                          shared part
+//   algorithm      file (in algorithms/)         shared part
 //   GASLoC         gasloc_gossip.cc              gossip_algorithm.h
 //   D-PSGD         dpsgd.cc                      gossip_algorithm.h
 //   DiLoCo         diloco.cc                     ring_algorithm.h

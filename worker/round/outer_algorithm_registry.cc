@@ -5,21 +5,18 @@
 
 namespace gasloc {
 
-// The factories, one per algorithm file.
-std::unique_ptr<OuterAlgorithm> MakeGaslocGossip(const OuterContext& context);
-std::unique_ptr<OuterAlgorithm> MakeDpsgd(const OuterContext& context);
-std::unique_ptr<OuterAlgorithm> MakeDiloco(const OuterContext& context);
-std::unique_ptr<OuterAlgorithm> MakeLocalSgd(const OuterContext& context);
-std::unique_ptr<OuterAlgorithm> MakeDataParallel(const OuterContext& context);
+// The factories, one per file of worker/round/algorithms/.
+#define GASLOC_OUTER_ALGORITHM(value, factory) \
+  std::unique_ptr<OuterAlgorithm> factory(const OuterContext& context);
+#include "worker/round/algorithms/algorithms.def"
+#undef GASLOC_OUTER_ALGORITHM
 
 const OuterAlgorithmRegistry& OuterAlgorithmRegistry::Default() {
   static const OuterAlgorithmRegistry* const registry = [] {
     auto* r = new OuterAlgorithmRegistry;
-    r->Register(v1::ALGORITHM_GASLOC, &MakeGaslocGossip);
-    r->Register(v1::ALGORITHM_DPSGD, &MakeDpsgd);
-    r->Register(v1::ALGORITHM_DILOCO, &MakeDiloco);
-    r->Register(v1::ALGORITHM_LOCAL_SGD, &MakeLocalSgd);
-    r->Register(v1::ALGORITHM_DATA_PARALLEL, &MakeDataParallel);
+#define GASLOC_OUTER_ALGORITHM(value, factory) r->Register(v1::value, &factory);
+#include "worker/round/algorithms/algorithms.def"
+#undef GASLOC_OUTER_ALGORITHM
     return r;
   }();
   return *registry;

@@ -1,7 +1,8 @@
-// Which OuterAlgorithm runs a job: one line per algorithm (its proto enum
-// value and the factory its file defines), and the overlap of
+// Which OuterAlgorithm runs a job: one line per algorithm in
+// worker/round/algorithms/algorithms.def (its proto enum value and the
+// factory its file in that folder defines), and the overlap of
 // outer.overlap_exchange composed onto it. Adding a baseline is a new file
-// with its factory plus a line in outer_algorithm_registry.cc
+// in worker/round/algorithms/ plus its line in algorithms.def
 // (docs/architecture.md, "Adding an outer algorithm").
 //
 // Thread safety: Default() is immutable and safe to share; a registry a

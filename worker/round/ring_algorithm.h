@@ -1,7 +1,7 @@
 // What the all-reduce algorithms share: the round's ring, one ring
 // all-reduce with its traffic and failure recorded (RingExchange), the
-// replica checksum, and the pseudo-gradient ring of DiLoCo (diloco.cc) and
-// local SGD (local_sgd.cc). Data-parallel (data_parallel.cc) averages
+// replica checksum, and the pseudo-gradient ring of DiLoCo (algorithms/diloco.cc) and
+// local SGD (algorithms/local_sgd.cc). Data-parallel (algorithms/data_parallel.cc) averages
 // gradients over the same ring.
 //
 // A failed ring applies nothing (theta and the outer state stay at the

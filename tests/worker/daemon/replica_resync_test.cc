@@ -30,6 +30,7 @@
 #include "tests/worker/daemon/direct_link.h"
 #include "tests/worker/round/fail_step_transport.h"
 #include "tests/worker/round/fake_trainer.h"
+#include "tests/support/wait_for.h"
 #include "worker/daemon/worker_daemon.h"
 #include "worker/exchange/in_process_transport.h"
 
@@ -236,16 +237,17 @@ Outcome RunDiLoCoJob(int ring_failure_worker, int corrupt_worker) {
       while (!done) w.daemon->PollOnce();
     });
   Outcome outcome;
-  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (std::chrono::steady_clock::now() < give_up) {
-    outcome.status = *coord->GetJob(job);
-    if (outcome.status.state() != v1::JOB_STATE_RUNNING &&
-        outcome.status.state() != v1::JOB_STATE_PENDING) {
-      absl::MutexLock lock(&finals.mu);
-      if (finals.params.size() == kWorkers) break;  // every job dropped
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  // Until the job ended and every worker dropped it.
+  WaitFor(
+      [&] {
+        outcome.status = *coord->GetJob(job);
+        if (outcome.status.state() == v1::JOB_STATE_RUNNING ||
+            outcome.status.state() == v1::JOB_STATE_PENDING)
+          return false;
+        absl::MutexLock lock(&finals.mu);
+        return finals.params.size() == kWorkers;
+      },
+      absl::Seconds(60), absl::Milliseconds(10));
   done = true;
   for (Worker& w : workers) w.daemon->Shutdown("test done");
   for (std::thread& t : threads) t.join();

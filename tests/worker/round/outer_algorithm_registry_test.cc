@@ -49,10 +49,12 @@ TEST(OuterAlgorithmRegistryTest, EveryAlgorithmOfTheEnumIsRegistered) {
   InProcessNetwork network;
   auto transport = network.Join(1);
   OuterBuffers buffers(trainer.params());
-  for (v1::Algorithm algorithm :
-       {v1::ALGORITHM_UNSPECIFIED, v1::ALGORITHM_GASLOC, v1::ALGORITHM_DILOCO,
-        v1::ALGORITHM_LOCAL_SGD, v1::ALGORITHM_DPSGD,
-        v1::ALGORITHM_DATA_PARALLEL}) {
+  // Every value of the proto enum, so a new value without its line in
+  // worker/round/algorithms/algorithms.def fails here.
+  const google::protobuf::EnumDescriptor* values = v1::Algorithm_descriptor();
+  ASSERT_GE(values->value_count(), 6);
+  for (int k = 0; k < values->value_count(); ++k) {
+    const auto algorithm = static_cast<v1::Algorithm>(values->value(k)->number());
     v1::JobSpec spec = Spec(algorithm);
     // Gossip keeps y_{t-1} under LOCAL (not the default PSEUDO_GRADIENT).
     spec.mutable_outer()->set_momentum_placement(v1::MOMENTUM_PLACEMENT_LOCAL);

@@ -165,6 +165,29 @@ TEST(OverlappedExchange, StepsBesideTheExchangeEnterTheNextPseudoGradient) {
         << "element " << i;
 }
 
+// A checkpoint taken after an overlapped round holds the next round's
+// start (the mixed point, outer.round_start) beside the parameters, so a
+// worker resumed from it runs the next round exactly as it would have:
+// here the same runner runs round 1, goes back to the checkpoint and runs
+// round 1 again. Without the saved start, the resumed round would start
+// from the parameters (M + d) and end elsewhere.
+TEST(OverlappedExchange, ACheckpointKeepsTheNextRoundsStart) {
+  v1::JobSpec spec = OverlapSpec();
+  spec.mutable_outer()->set_gamma(0.0f);
+  spec.mutable_outer()->set_eta(0.5f);
+  LatePair pair(spec, true);
+  pair.RunRound0();
+  ASSERT_TRUE(pair.first.ok()) << pair.first.status();
+  ASSERT_GT(pair.first->inner_steps(), LatePair::kBudget);
+  RoundRunner& runner = pair.w[0]->runner;
+  ASSERT_TRUE(runner.SaveCheckpoint("after-round-0").ok());
+  ASSERT_TRUE(runner.RunRound(GossipAssignment(1, 1, {}, 0.5f, 1)).ok());
+  const std::vector<float> straight = Values(pair.w[0]->trainer.params());
+  ASSERT_TRUE(runner.LoadCheckpoint("after-round-0", 1).ok());
+  ASSERT_TRUE(runner.RunRound(GossipAssignment(1, 1, {}, 0.5f, 1)).ok());
+  EXPECT_EQ(Values(pair.w[0]->trainer.params()), straight);
+}
+
 // A cancel that arrives while steps run beside the exchange stops those
 // steps, but the exchange completes and the round stands, as a plain
 // round's exchange does: worker 2 mixed worker 1's point, so worker 1

@@ -461,9 +461,8 @@ TEST(RoundRunner, DiLoCoReplicasResynchroniseAfterARingFailure) {
           Replica& source = *w[member.worker_id() - 1];
           // Like the daemon: served between the member's rounds.
           const uint64_t want = w[i]->finished.load() + 1;
-          for (int t = 0; t < 300 && source.finished.load() < want; ++t)
-            std::this_thread::sleep_for(std::chrono::milliseconds(10));
-          if (source.finished.load() < want)
+          if (!WaitFor([&] { return source.finished.load() >= want; },
+                       absl::Seconds(3)))
             return absl::UnavailableError("member still in its round");
           FetchedModel model;
           model.job_id = kJob;
