@@ -10,6 +10,7 @@
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/request_bounds.h"
 
 namespace gasloc::coordinator {
 
@@ -64,6 +65,9 @@ void Coordinator::RecordCheckpoint(JobRec& job,
 
 absl::StatusOr<v1::JobStatus> Coordinator::ResumeJob(
     uint64_t job_id, const std::string& reason) {
+  v1::ResumeJobRequest bounded;
+  bounded.set_reason(reason);
+  RETURN_IF_ERROR(CheckRequestBounds(bounded));
   absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(JobRec * job, FindJob(job_id));
   const v1::JobStatus& st = job->stored.status;

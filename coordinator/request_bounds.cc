@@ -2,10 +2,12 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "common/status_macros.h"
+#include "common/utf8.h"
 
 namespace gasloc::coordinator {
 namespace {
@@ -76,6 +78,14 @@ absl::Status CheckRequestBounds(const v1::LeaveWorkerRequest& request) {
 
 absl::Status CheckRequestBounds(const v1::StopJobRequest& request) {
   return MaxBytes("reason", request.reason(), kMaxReasonBytes);
+}
+
+absl::Status CheckRequestBounds(const v1::ResumeJobRequest& request) {
+  RETURN_IF_ERROR(MaxBytes("reason", request.reason(), kMaxReasonBytes));
+  if (std::optional<size_t> bad = FirstInvalidUtf8(request.reason()))
+    return absl::InvalidArgumentError(absl::StrCat(
+        "reason is not UTF-8 (byte ", *bad, ")"));
+  return absl::OkStatus();
 }
 
 absl::Status CheckRequestBounds(const v1::ReportRoundRequest& request) {

@@ -47,6 +47,9 @@ absl::Status CheckRequestBounds(const v1::RegisterWorkerRequest& request);
 absl::Status CheckRequestBounds(const v1::HeartbeatRequest& request);
 absl::Status CheckRequestBounds(const v1::LeaveWorkerRequest& request);
 absl::Status CheckRequestBounds(const v1::StopJobRequest& request);
+// The reason's length, and that it is UTF-8 (it goes into the job's
+// message and events, proto3 strings that must hold UTF-8 to be sent).
+absl::Status CheckRequestBounds(const v1::ResumeJobRequest& request);
 // Also: train_loss, val_bpb and peer_distance finite and >= 0 (an honest
 // worker whose loss is not finite reports ROUND_OUTCOME_FAILED instead:
 // worker/train/trainer.cc), compute_seconds giving at most

@@ -44,6 +44,15 @@ TEST(RequestBounds, ReasonsAndProgress) {
   v1::StopJobRequest stop;
   stop.set_reason(std::string(kMaxReasonBytes, 'r'));
   EXPECT_TRUE(CheckRequestBounds(stop).ok());
+  // The coordinator fuzzer's finding: a resume reason that is not UTF-8
+  // went into the job's message and events, which then could not be sent.
+  v1::ResumeJobRequest resume;
+  resume.set_reason("try\xe3" "again");
+  ExpectRefused(CheckRequestBounds(resume), "reason is not UTF-8");
+  resume.set_reason(std::string(kMaxReasonBytes + 1, 'r'));
+  ExpectRefused(CheckRequestBounds(resume), "reason");
+  resume.set_reason("resumed by the operator");
+  EXPECT_TRUE(CheckRequestBounds(resume).ok());
   v1::HeartbeatRequest beat;
   beat.mutable_progress()->set_train_loss(
       std::numeric_limits<float>::infinity());
