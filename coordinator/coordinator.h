@@ -111,6 +111,18 @@ struct CoordinatorGaugeState {
   std::vector<Job> active_jobs;                    // PENDING and RUNNING
 };
 
+// Where a job's model can be fetched from (gaslocctl job export): its
+// members that may still hold it, in member order, and why the others
+// cannot serve it.
+struct ModelSources {
+  struct Member {
+    uint64_t worker_id = 0;
+    std::string address;  // its Peer service
+  };
+  std::vector<Member> members;
+  std::vector<std::string> unavailable;  // "worker 7 is dead (...)"
+};
+
 class Coordinator {
  public:
   // `store` may be null (state in memory only). Loads the store's state: a
@@ -141,6 +153,13 @@ class Coordinator {
   // set. A job that never completed a round restarts from round 0.
   absl::StatusOr<v1::JobStatus> ResumeJob(uint64_t job_id,
                                           const std::string& reason);
+  // The members of `job_id` (running or ended: the last epoch's) that may
+  // hold its model, or only `worker_id` when it is not 0. NOT_FOUND for an
+  // unknown job or a worker that is not a member; FAILED_PRECONDITION for
+  // a job without members yet; UNAVAILABLE, naming each member's reason,
+  // when none is alive and free of another job (coordinator_export.cc).
+  absl::StatusOr<ModelSources> ModelSourcesOf(uint64_t job_id,
+                                              uint64_t worker_id);
 
   // Long-poll: returns the worker's next assignment at once when there is
   // one, else waits (condition variable, on the clock) up to

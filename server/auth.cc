@@ -32,6 +32,7 @@ absl::string_view RoleName(Role role) {
     case Role::kOperator: return "operator";
     case Role::kWorker: return "worker";
     case Role::kPeer: return "peer";
+    case Role::kCoordinator: return "coordinator";
   }
   return "unknown";
 }
@@ -93,7 +94,8 @@ absl::StatusOr<AuthOptions> LoadServerAuth(const CredentialsOptions& tls,
   for (const auto& [path, role] :
        {std::pair{&files.operator_token_file, Role::kOperator},
         std::pair{&files.worker_token_file, Role::kWorker},
-        std::pair{&files.peer_token_file, Role::kPeer}}) {
+        std::pair{&files.peer_token_file, Role::kPeer},
+        std::pair{&files.coordinator_token_file, Role::kCoordinator}}) {
     if (path->empty()) continue;
     absl::StatusOr<std::vector<TokenGrant>> grants = LoadTokenFile(*path, role);
     if (!grants.ok()) return grants.status();
@@ -116,6 +118,8 @@ Caller CallerFromCertificateName(absl::string_view name) {
     caller.roles =
         static_cast<uint32_t>(Role::kWorker) | static_cast<uint32_t>(Role::kPeer);
     caller.worker_name = std::string(name.substr(7));
+  } else if (name == "coordinator") {
+    caller.roles = static_cast<uint32_t>(Role::kCoordinator);
   }
   return caller;
 }
@@ -128,7 +132,8 @@ absl::StatusOr<Caller> Authenticator::Identify(
   if (options_.insecure)
     return Caller{.roles = static_cast<uint32_t>(Role::kOperator) |
                            static_cast<uint32_t>(Role::kWorker) |
-                           static_cast<uint32_t>(Role::kPeer),
+                           static_cast<uint32_t>(Role::kPeer) |
+                           static_cast<uint32_t>(Role::kCoordinator),
                   .worker_name = "",
                   .description = "--insecure caller"};
   // A verified client certificate whose name maps to a role.
@@ -174,6 +179,12 @@ absl::StatusOr<Caller> Authenticator::Identify(
 absl::StatusOr<Caller> Authenticator::Authorize(
     const grpc::ServerContext& context, Role role,
     absl::string_view method) const {
+  return Authorize(context, {role}, method);
+}
+
+absl::StatusOr<Caller> Authenticator::Authorize(
+    const grpc::ServerContext& context, std::initializer_list<Role> roles,
+    absl::string_view method) const {
   absl::StatusOr<Caller> caller = Identify(context);
   if (!caller.ok()) {
     GASLOC_LOG(WARNING) << method << " from " << context.peer()
@@ -181,15 +192,17 @@ absl::StatusOr<Caller> Authenticator::Authorize(
     return absl::UnauthenticatedError(
         absl::StrCat(method, ": ", caller.status().message()));
   }
-  if (!caller->Has(role)) {
-    GASLOC_LOG(WARNING) << method << " from " << context.peer() << " ("
-                        << caller->description << ") refused: needs the "
-                        << RoleName(role) << " role";
-    return absl::PermissionDeniedError(
-        absl::StrCat(method, " needs the ", RoleName(role), " role; ",
-                     caller->description, " does not hold it"));
+  std::string names;
+  for (Role role : roles) {
+    if (caller->Has(role)) return caller;
+    absl::StrAppend(&names, names.empty() ? "" : " or ", RoleName(role));
   }
-  return caller;
+  GASLOC_LOG(WARNING) << method << " from " << context.peer() << " ("
+                      << caller->description << ") refused: needs the "
+                      << names << " role";
+  return absl::PermissionDeniedError(absl::StrCat(
+      method, " needs the ", names, " role; ", caller->description,
+      " does not hold it"));
 }
 
 }  // namespace gasloc

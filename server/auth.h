@@ -10,6 +10,7 @@
 //   worker     RegisterWorker Heartbeat LeaveWorker          CN "worker:<name>"
 //              GetAssignment ReportRound
 //   peer       Exchange FetchModel Ping                      CN "worker:<name>"
+//   coordinator  FetchModel (relaying gaslocctl job export)  CN "coordinator"
 //
 // A "worker:<name>" certificate holds both worker and peer roles and is
 // bound to <name>: the coordinator lets it act only for the worker ids it
@@ -28,6 +29,7 @@
 #define GASLOC_SERVER_AUTH_H_
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -42,9 +44,12 @@ enum class Role : uint32_t {
   kOperator = 1u << 0,
   kWorker = 1u << 1,
   kPeer = 1u << 2,
+  // The coordinator fetching a model from a worker for an export; reads
+  // only (Peer.FetchModel), never writes a chunk.
+  kCoordinator = 1u << 3,
 };
 
-// "operator", "worker", "peer".
+// "operator", "worker", "peer", "coordinator".
 absl::string_view RoleName(Role role);
 
 // An authenticated caller.
@@ -83,8 +88,8 @@ absl::StatusOr<std::vector<TokenGrant>> LoadTokenFile(const std::string& path,
                                                       Role role);
 
 // The identity a certificate name grants: "operator[:x]" -> operator,
-// "worker:<name>" -> worker + peer bound to <name>; anything else -> no
-// role (roles == 0).
+// "worker:<name>" -> worker + peer bound to <name>, "coordinator" ->
+// coordinator; anything else -> no role (roles == 0).
 Caller CallerFromCertificateName(absl::string_view name);
 
 // Where a server's tokens come from (flags of the daemons' main()s); empty
@@ -93,6 +98,7 @@ struct AuthFiles {
   std::string operator_token_file;
   std::string worker_token_file;
   std::string peer_token_file;
+  std::string coordinator_token_file;
 };
 
 // The AuthOptions of a server with transport `tls` and these token files:
@@ -117,6 +123,10 @@ class Authenticator {
   // role. `method` names the RPC in the error and the log line.
   absl::StatusOr<Caller> Authorize(const grpc::ServerContext& context,
                                    Role role, absl::string_view method) const;
+  // The caller if it holds any of `roles` (the error names them all).
+  absl::StatusOr<Caller> Authorize(const grpc::ServerContext& context,
+                                   std::initializer_list<Role> roles,
+                                   absl::string_view method) const;
 
   // Whether any check is configured (tokens or client certificates) or
   // --insecure was said.

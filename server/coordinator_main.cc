@@ -20,6 +20,7 @@
 #include "prometheus/registry.h"
 #include "server/auth.h"
 #include "server/coordinator_service.h"
+#include "server/credentials.h"
 #include "server/metrics_endpoint.h"
 #include "server/server_runner.h"
 
@@ -52,6 +53,11 @@ ABSL_FLAG(std::string, operator_token_file, "",
 ABSL_FLAG(std::string, worker_token_file, "",
           "File of worker bearer tokens (\"<token> [worker-name]\" per "
           "line): who may register and act as a worker.");
+ABSL_FLAG(std::string, export_token_file, "",
+          "File whose first token the coordinator presents to the workers' "
+          "Peer service when it fetches a model for `gaslocctl job export` "
+          "(a token their --coordinator_token_file lists). With mutual TLS "
+          "the coordinator presents --tls_cert instead (CN \"coordinator\").");
 ABSL_FLAG(bool, insecure, false,
           "Run without any authentication (plaintext, every caller may do "
           "everything). Only for tests and trusted loopback.");
@@ -81,7 +87,8 @@ int main(int argc, char** argv) {
       credentials,
       {.operator_token_file = absl::GetFlag(FLAGS_operator_token_file),
        .worker_token_file = absl::GetFlag(FLAGS_worker_token_file),
-       .peer_token_file = ""});
+       .peer_token_file = "",
+       .coordinator_token_file = ""});
   if (!auth_options.ok()) {
     std::fprintf(stderr, "gasloc-coordinator: %s\n",
                  std::string(auth_options.status().message()).c_str());
@@ -140,7 +147,21 @@ int main(int argc, char** argv) {
     }
     exposer = std::move(*started);
   }
+  // Exports: the coordinator dials a member's Peer service as a client,
+  // with its own certificate (mutual TLS) or its export token.
+  const gasloc::CredentialsOptions to_workers{
+      .tls_cert_file = absl::GetFlag(FLAGS_tls_cert),
+      .tls_key_file = absl::GetFlag(FLAGS_tls_key),
+      .tls_ca_file = absl::GetFlag(FLAGS_tls_ca),
+      .token_file = absl::GetFlag(FLAGS_export_token_file),
+      .tokens_checked = false,
+      .insecure = absl::GetFlag(FLAGS_insecure)};
+  const gasloc::ModelExportRelay export_relay(
+      [to_workers](const std::string& address) {
+        return gasloc::MakeChannel(address, to_workers);
+      });
   gasloc::CoordinatorServiceOptions service_options;
+  service_options.export_relay = &export_relay;
   service_options.metrics = coordinator_options.metrics;
   service_options.authenticator = &authenticator;
   gasloc::CoordinatorService service(coordinator->get(), service_options);

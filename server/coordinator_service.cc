@@ -137,6 +137,28 @@ grpc::Status CoordinatorService::WatchJob(
   return Counted("WatchJob", StreamJobEvents(context, request, writer));
 }
 
+grpc::Status CoordinatorService::ExportModel(
+    grpc::ServerContext* context, const v1::ExportModelRequest* request,
+    grpc::ServerWriter<v1::ExchangeChunk>* writer) {
+  auto caller = Authorize(context, Role::kOperator, "ExportModel");
+  if (!caller.ok())
+    return Counted("ExportModel", ToGrpcStatus(caller.status()));
+  if (options_.export_relay == nullptr)
+    return Counted("ExportModel",
+                   ToGrpcStatus(absl::FailedPreconditionError(
+                       "this coordinator was started without a way to reach "
+                       "the workers' Peer service")));
+  auto sources =
+      coordinator_->ModelSourcesOf(request->job_id(), request->worker_id());
+  if (!sources.ok())
+    return Counted("ExportModel", ToGrpcStatus(sources.status()));
+  GASLOC_LOG(INFO) << "export of job " << request->job_id() << " asked by "
+                   << caller->description;
+  return Counted("ExportModel",
+                 ToGrpcStatus(options_.export_relay->Relay(
+                     context, *request, *sources, writer)));
+}
+
 grpc::Status CoordinatorService::StreamJobEvents(
     grpc::ServerContext* context, const v1::WatchJobRequest* request,
     grpc::ServerWriter<v1::JobEvent>* writer) {

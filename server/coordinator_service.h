@@ -6,7 +6,8 @@
 // ends, the client cancels, or the server shuts down.
 //
 // Every handler first asks the Authenticator (server/auth.h) whether the
-// caller holds the RPC's role: operator for job control and ListWorkers,
+// caller holds the RPC's role: operator for job control, ListWorkers and
+// ExportModel (relayed from a member by ModelExportRelay),
 // worker for membership, assignments and reports. A caller bound to a
 // worker name registers under that name (WorkerInfo.identity) and may then
 // act only for the worker ids registered under it (PERMISSION_DENIED
@@ -33,6 +34,7 @@
 #include "coordinator/coordinator.h"
 #include "gasloc/v1/coordinator.grpc.pb.h"
 #include "server/auth.h"
+#include "server/model_export_relay.h"
 
 namespace gasloc {
 
@@ -50,6 +52,9 @@ struct CoordinatorServiceOptions {
   // Real time: a watch's waits are real-time waits (Coordinator::
   // WaitJobEvents).
   const Clock* clock = &RealClock::Get();
+  // Fetches a job's model from a member for ExportModel (not owned). Null
+  // = ExportModel is refused (FAILED_PRECONDITION).
+  const ModelExportRelay* export_relay = nullptr;
 };
 
 class CoordinatorService final : public v1::Coordinator::Service {
@@ -90,6 +95,9 @@ class CoordinatorService final : public v1::Coordinator::Service {
   grpc::Status WatchJob(grpc::ServerContext* context,
                         const v1::WatchJobRequest* request,
                         grpc::ServerWriter<v1::JobEvent>* writer) override;
+  grpc::Status ExportModel(grpc::ServerContext* context,
+                           const v1::ExportModelRequest* request,
+                           grpc::ServerWriter<v1::ExchangeChunk>* writer) override;
   grpc::Status GetAssignment(grpc::ServerContext* context,
                              const v1::GetAssignmentRequest* request,
                              v1::Assignment* response) override;

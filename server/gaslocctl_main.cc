@@ -31,6 +31,7 @@
 #include "google/protobuf/util/json_util.h"
 #include "grpcpp/grpcpp.h"
 #include "server/credentials.h"
+#include "server/job_export_client.h"
 
 ABSL_FLAG(std::string, coordinator, "localhost:7070",
           "Coordinator address (host:port).");
@@ -41,6 +42,16 @@ ABSL_FLAG(bool, all, false, "workers: include dead and departed workers.");
 ABSL_FLAG(std::string, reason, "",
           "job stop / job resume: the reason recorded with the job (default "
           "'gaslocctl job stop' / 'gaslocctl job resume').");
+ABSL_FLAG(std::string, out, "", "job export: the directory to write.");
+ABSL_FLAG(std::string, dtype, "fp32",
+          "job export: fp32 or bf16, the dtype of model.safetensors.");
+ABSL_FLAG(uint64_t, worker, 0,
+          "job export: the member whose model to take (0 = the first that "
+          "serves it).");
+ABSL_FLAG(bool, average, false,
+          "job export: the mean of every member's model (GASLoC, D-PSGD).");
+ABSL_FLAG(absl::Duration, export_timeout, absl::Minutes(30),
+          "job export: the whole transfer's deadline.");
 ABSL_FLAG(std::string, tls_ca, "",
           "PEM root of the coordinator's certificate (enables TLS).");
 ABSL_FLAG(std::string, tls_cert, "", "PEM client certificate (mutual TLS).");
@@ -441,6 +452,50 @@ int JobWatch(v1::Coordinator::Stub& stub, uint64_t id) {
   }
 }
 
+int JobExport(v1::Coordinator::Stub& stub, uint64_t id) {
+  JobExportOptions options;
+  options.out_dir = absl::GetFlag(FLAGS_out);
+  if (options.out_dir.empty()) return Usage("job export needs --out=DIR");
+  const std::string dtype = absl::GetFlag(FLAGS_dtype);
+  if (dtype != "fp32" && dtype != "bf16")
+    return Usage(absl::StrCat("--dtype must be fp32 or bf16, got '", dtype, "'"));
+  options.dtype = dtype == "bf16" ? ExportDtype::kBF16 : ExportDtype::kF32;
+  options.worker_id = absl::GetFlag(FLAGS_worker);
+  options.average = absl::GetFlag(FLAGS_average);
+  if (options.average && options.worker_id != 0)
+    return Usage("--average and --worker exclude each other");
+  options.timeout = absl::GetFlag(FLAGS_export_timeout);
+  if (!Json())
+    options.progress = [](const std::string& line) {
+      std::fprintf(stderr, "gaslocctl: %s\n", line.c_str());
+    };
+  auto result = ExportJob(stub, id, options);
+  if (!result.ok()) return Fail(std::string(result.status().message()));
+  const v1::JobStatus& job = result->job;
+  if (Json()) {
+    std::printf(
+        "{\"job_id\": %llu, \"state\": \"%s\", \"out\": \"%s\", "
+        "\"dtype\": \"%s\", \"worker_ids\": [%s], \"bytes\": %llu, "
+        "\"val_bpb\": %.6f}\n",
+        static_cast<unsigned long long>(id), StateName(job.state()).c_str(),
+        EscapeForTerminal(options.out_dir).c_str(), dtype.c_str(),
+        absl::StrJoin(result->members, ", ").c_str(),
+        static_cast<unsigned long long>(result->bytes_received), job.val_bpb());
+    return kOk;
+  }
+  std::printf("exported job %llu (%s, %s rounds, val bpb %s) from worker%s %s "
+              "-> %s/%s, %s/%s (%s)\n",
+              static_cast<unsigned long long>(id),
+              StateName(job.state()).c_str(), RoundText(job).c_str(),
+              LossText(job.val_bpb()).c_str(),
+              result->members.size() > 1 ? "s (mean of)" : "",
+              absl::StrJoin(result->members, ",").c_str(),
+              EscapeForTerminal(options.out_dir).c_str(), kExportWeightsFile,
+              EscapeForTerminal(options.out_dir).c_str(), kExportConfigFile,
+              dtype.c_str());
+  return kOk;
+}
+
 int Workers(v1::Coordinator::Stub& stub) {
   v1::ListWorkersRequest request;
   request.set_include_gone(absl::GetFlag(FLAGS_all));
@@ -500,7 +555,7 @@ int Run(const std::vector<std::string>& args) {
   if (args.size() < 3)
     return Usage(
         "job needs a subcommand: start, list, get, status, budgets, watch, stop, "
-        "resume");
+        "resume, export");
   const std::string& sub = args[2];
   if (sub == "list") {
     if (args.size() != 3) return Usage("job list takes no arguments");
@@ -516,6 +571,7 @@ int Run(const std::vector<std::string>& args) {
   if (sub == "watch") return JobWatch(*stub, *id);
   if (sub == "stop") return JobStop(*stub, *id);
   if (sub == "resume") return JobResume(*stub, *id);
+  if (sub == "export") return JobExport(*stub, *id);
   return Usage(absl::StrCat("unknown job subcommand '", sub, "'"));
 }
 
@@ -541,6 +597,10 @@ int main(int argc, char** argv) {
       "  job stop ID      stop a job [--reason=TEXT]\n"
       "  job resume ID    a STOPPED or FAILED job runs again from its latest "
       "complete checkpoint set [--reason=TEXT]\n"
+      "  job export ID    the job's model as DIR/model.safetensors + "
+      "config.json, through the\n"
+      "                   coordinator --out=DIR [--dtype=fp32|bf16] "
+      "[--worker=ID | --average]\n"
       "  workers          list workers [--all: dead and departed too]\n"
       "Exit codes: 0 ok, 1 failed (one-line reason on stderr), 2 bad usage.");
   return gasloc::ctl::Run(args);

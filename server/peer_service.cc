@@ -49,12 +49,13 @@ void PeerService::SetRoundReporter(RoundReporter reporter) {
   round_reporter_ = std::move(reporter);
 }
 
-absl::StatusOr<Caller> PeerService::Authorize(grpc::ServerContext* context,
-                                              absl::string_view method) const {
+absl::StatusOr<Caller> PeerService::Authorize(
+    grpc::ServerContext* context, std::initializer_list<Role> roles,
+    absl::string_view method) const {
   if (options_.authenticator == nullptr)
     return absl::UnauthenticatedError(absl::StrCat(
         method, ": this server was started without an authenticator"));
-  return options_.authenticator->Authorize(*context, Role::kPeer, method);
+  return options_.authenticator->Authorize(*context, roles, method);
 }
 
 absl::Status PeerService::CheckWritesOwnId(const Caller& caller,
@@ -85,7 +86,7 @@ absl::Status PeerService::CheckWritesOwnId(const Caller& caller,
 grpc::Status PeerService::Exchange(
     grpc::ServerContext* context,
     grpc::ServerReaderWriter<v1::ExchangeChunk, v1::ExchangeChunk>* stream) {
-  auto caller = Authorize(context, "Exchange");
+  auto caller = Authorize(context, {Role::kPeer}, "Exchange");
   if (!caller.ok()) return ToGrpcStatus(caller.status());
   auto ticket = limits_.Admit(PeerHost(*context), InboundKind::kExchange,
                               [context] { context->TryCancel(); });
@@ -161,7 +162,7 @@ grpc::Status PeerService::ExchangeAdmitted(
 grpc::Status PeerService::FetchModel(
     grpc::ServerContext* context, const v1::FetchModelRequest* request,
     grpc::ServerWriter<v1::ExchangeChunk>* writer) {
-  auto caller = Authorize(context, "FetchModel");
+  auto caller = Authorize(context, {Role::kPeer, Role::kCoordinator}, "FetchModel");
   if (!caller.ok()) return ToGrpcStatus(caller.status());
   if (absl::Status own =
           CheckWritesOwnId(*caller, request->requester_id(), "requester_id",
@@ -189,6 +190,11 @@ grpc::Status PeerService::FetchModel(
   if (!ticket.ok()) return ToGrpcStatus(ticket.status());
   absl::StatusOr<ModelSnapshot> snapshot = provider(request->job_id());
   if (!snapshot.ok()) return ToGrpcStatus(snapshot.status());
+  if (request->parameters_only()) {
+    snapshot->outer_state = {};
+    snapshot->optimizer_m = {};
+    snapshot->optimizer_v = {};
+  }
   if (snapshot->job_id != request->job_id())
     return ToGrpcStatus(absl::FailedPreconditionError(
         absl::StrCat("worker ", mailbox_->self_id(), " holds job ",
@@ -213,7 +219,7 @@ grpc::Status PeerService::FetchModel(
 grpc::Status PeerService::Ping(grpc::ServerContext* context,
                                const v1::PingRequest* request,
                                v1::PingResponse* response) {
-  auto caller = Authorize(context, "Ping");
+  auto caller = Authorize(context, {Role::kPeer}, "Ping");
   if (!caller.ok()) return ToGrpcStatus(caller.status());
   response->set_worker_id(mailbox_->self_id());
   RoundReporter reporter;

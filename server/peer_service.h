@@ -10,7 +10,10 @@
 //               DEADLINE_EXCEEDED); a stream that ends without the last
 //               chunk fails the transfer (UNAVAILABLE).
 //   FetchModel  streams the snapshot the installed ModelProvider returns:
-//               MODEL chunks, then OUTER_STATE chunks.
+//               MODEL chunks, then OUTER_STATE chunks (empty, and no
+//               optimizer part, when the request asks for the parameters
+//               only). Also served to the coordinator's role, which relays
+//               a model for `gaslocctl job export`.
 //   Ping        this worker's id and the (job, round) it reports.
 //
 // Limits (worker/exchange/inbound_limits.h): each Exchange stream and
@@ -21,7 +24,7 @@
 // which deadline); FetchModel's chunk_bytes must be in [min_fetch_chunk_bytes,
 // max_fetch_chunk_bytes].
 // Every handler first asks the Authenticator (server/auth.h) for the peer
-// role. A caller bound to a worker name (a "worker:<name>" certificate or a
+// role (FetchModel: peer or coordinator). A caller bound to a worker name (a "worker:<name>" certificate or a
 // named peer token) may only write, as Exchange sender_id or FetchModel
 // requester_id, the worker id the coordinator scheduled under that name
 // (PeerRoster, learnt from the assignments); anything else is refused with
@@ -114,6 +117,7 @@ class PeerService final : public v1::Peer::Service {
       const Caller& caller, absl::Time deadline, absl::Time mailbox_deadline,
       InboundLimits::Ticket& ticket);
   absl::StatusOr<Caller> Authorize(grpc::ServerContext* context,
+                                   std::initializer_list<Role> roles,
                                    absl::string_view method) const;
   // OK when `caller` may write `worker_id` as its own id.
   absl::Status CheckWritesOwnId(const Caller& caller, uint64_t worker_id,

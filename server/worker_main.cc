@@ -79,6 +79,10 @@ ABSL_FLAG(std::string, peer_token_file, "",
           "File of peer bearer tokens the Peer service accepts "
           "(\"<token> [worker-name]\" per line); its first token is the one "
           "this worker sends to its peers.");
+ABSL_FLAG(std::string, coordinator_token_file, "",
+          "File of coordinator bearer tokens the Peer service accepts for "
+          "FetchModel only: the coordinator relaying this worker's model to "
+          "`gaslocctl job export` (its --export_token_file).");
 ABSL_FLAG(bool, insecure, false,
           "Run without any authentication (plaintext, every caller may do "
           "everything). Only for tests and trusted loopback.");
@@ -176,7 +180,9 @@ int RunWorker() {
   auto auth_options = LoadServerAuth(
       credentials, {.operator_token_file = "",
                     .worker_token_file = "",
-                    .peer_token_file = absl::GetFlag(FLAGS_peer_token_file)});
+                    .peer_token_file = absl::GetFlag(FLAGS_peer_token_file),
+                    .coordinator_token_file =
+                        absl::GetFlag(FLAGS_coordinator_token_file)});
   if (!auth_options.ok()) {
     std::fprintf(stderr, "gasloc-worker: %s\n",
                  std::string(auth_options.status().message()).c_str());

@@ -930,6 +930,55 @@ TEST_F(CoordinatorTest, OrphanedJobFails) {
   EXPECT_EQ(coord_->GetJob(job)->state(), v1::JOB_STATE_FAILED);
 }
 
+// gaslocctl job export: a job's model comes from a member that may still
+// hold it; the others are named with their reason.
+TEST_F(CoordinatorTest, AnEndedJobsModelSourcesAreItsMembersThatStillHoldIt) {
+  const uint64_t a = Register(), b = Register();
+  const uint64_t job = Start(Spec(2, /*max_rounds=*/1));
+  for (uint64_t id : {a, b}) ASSERT_EQ(Ask(id, job, -1)->round(), 0u);
+  for (uint64_t id : {a, b}) ASSERT_TRUE(Report(id, job, 0).ok());
+  ASSERT_EQ(Ask(a, job, 0)->kind(), v1::ASSIGNMENT_KIND_STOP);
+  ASSERT_EQ(coord_->GetJob(job)->state(), v1::JOB_STATE_FINISHED);
+
+  auto both = coord_->ModelSourcesOf(job, 0);
+  ASSERT_TRUE(both.ok()) << both.status();
+  ASSERT_EQ(both->members.size(), 2u);
+  EXPECT_EQ(both->members[0].worker_id, a);
+  EXPECT_EQ(both->members[0].address, "10.0.0.1:7000");
+  EXPECT_EQ(coord_->ModelSourcesOf(job, 424242).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_THAT(coord_->ModelSourcesOf(job, 424242).status().message(),
+              HasSubstr("worker 424242 is not a member of job"));
+  EXPECT_EQ(coord_->ModelSourcesOf(job + 100, 0).status().code(),
+            absl::StatusCode::kNotFound);
+
+  // a takes another job: it no longer holds this one's model.
+  v1::JobSpec solo = Spec(1);
+  solo.set_max_workers(1);
+  const uint64_t next = Start(solo);
+  ASSERT_EQ(Ask(a, 0, -1)->job_id(), next);
+  auto one = coord_->ModelSourcesOf(job, 0);
+  ASSERT_TRUE(one.ok()) << one.status();
+  ASSERT_EQ(one->members.size(), 1u);
+  EXPECT_EQ(one->members[0].worker_id, b);
+  ASSERT_EQ(one->unavailable.size(), 1u);
+  EXPECT_THAT(one->unavailable[0], HasSubstr("has moved on to job"));
+
+  // b dies (a keeps beating): nobody can serve it, and the error says why.
+  clock_.Advance(kLease / 2);
+  ASSERT_TRUE(Beat(a, next).ok());
+  clock_.Advance(kLease / 2 + absl::Seconds(1));
+  auto none = coord_->ModelSourcesOf(job, 0);
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(none.status().message(), HasSubstr("moved on to job"));
+  EXPECT_THAT(none.status().message(), HasSubstr("is dead"));
+
+  // A job that never had members.
+  const uint64_t pending = Start(Spec(5));
+  EXPECT_EQ(coord_->ModelSourcesOf(pending, 0).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
 TEST_F(CoordinatorTest, SeveralJobsOneJobPerWorker) {
   const uint64_t a = Register(), b = Register(), c = Register();
   v1::JobSpec one = Spec(1);

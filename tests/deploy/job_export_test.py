@@ -14,7 +14,13 @@ plain PyTorch:
   * the job's final validation bpb (the coordinator's mean of the members'
     last reports) to 3 decimals;
 
-and `--checkpoint=A,B` (the members' mean) the same model again.
+and `--checkpoint=A,B` (the members' mean) the same model again. So must
+`gaslocctl job export` (through the coordinator, which relays a member's
+Peer.FetchModel with its own coordinator token: no access to the workers'
+files), one member's and the members' mean (--average). A GASLoC job,
+whose members end with different models, checks that --average is the
+mean exactly (the tensors of `gasloc-train export --checkpoint=A,B`), and
+that an unknown job or a worker that is not a member is refused by name.
 
 Environment (tests/deploy/CMakeLists.txt): GASLOC_BIN_DIR, PYTHONPATH with
 deploy/python and the generated stubs.
@@ -39,6 +45,16 @@ ROUNDS = 4
 EVAL_WINDOWS = 16
 
 
+def gaslocctl(harness, *args, check=True):
+    out = subprocess.run([os.path.join(BIN_DIR, "gaslocctl"),
+                          "--coordinator=" + harness.address,
+                          "--token_file=" + harness.operator_token_file, *args],
+                         capture_output=True, text=True, timeout=120)
+    if check and out.returncode != 0:
+        raise AssertionError(f"gaslocctl {' '.join(args)}: {out.stderr}")
+    return out
+
+
 def gasloc_train(*args):
     out = subprocess.run([os.path.join(BIN_DIR, "gasloc-train"), *args],
                          capture_output=True, text=True, timeout=120,
@@ -55,11 +71,12 @@ class JobExportTest(unittest.TestCase):
     tearDownClass = Harness.__dict__["tearDownClass"]
     wait_for_workers = Harness.wait_for_workers
 
-    def test_a_finished_two_worker_job_exports_to_pytorch(self):
+    def run_job(self, algorithm, name):
+        """A finished 2-worker job of `algorithm`: (status, checkpoints)."""
         self.wait_for_workers(2)
         spec = python_client_test.tiny_spec(self.dir, min_workers=2,
-                                            rounds=ROUNDS, name="export")
-        spec["outer"] = {"algorithm": "ALGORITHM_DILOCO", "local_steps": 8}
+                                            rounds=ROUNDS, name=name)
+        spec["outer"] = {"algorithm": algorithm, "local_steps": 8}
         spec["data"] = {"corpus_path": CORPUS, "eval_windows": EVAL_WINDOWS}
         spec["checkpoint"]["interval_rounds"] = ROUNDS
         job = self.client.start_job(spec)
@@ -77,6 +94,10 @@ class JobExportTest(unittest.TestCase):
         checkpoints = sorted(glob.glob(os.path.join(
             self.dir, "ckpt", f"job{job.job_id}-*.ckpt")))
         self.assertEqual(len(checkpoints), 2, checkpoints)
+        return status, checkpoints
+
+    def test_a_finished_two_worker_job_exports_to_pytorch(self):
+        status, checkpoints = self.run_job("ALGORITHM_DILOCO", "export")
 
         with open(CORPUS, "rb") as f:
             corpus = f.read()
@@ -87,6 +108,16 @@ class JobExportTest(unittest.TestCase):
                         os.path.join(self.dir, "export-mean")))
         for checkpoint, out in exports:
             gasloc_train("export", f"--checkpoint={checkpoint}", f"--out={out}")
+        # The same model taken out through the coordinator: one member's,
+        # and the members' mean.
+        for extra, name in (([], "export-ctl"), (["--average"], "export-ctl-mean")):
+            out = os.path.join(self.dir, name)
+            printed = gaslocctl(self, "job", "export", str(status.job_id),
+                                f"--out={out}", *extra).stdout
+            print(printed.strip())
+            self.assertIn("FINISHED", printed)
+            exports.append((checkpoints[0], out))
+        for checkpoint, out in exports:
             model, config = gasloc_model.load_exported(out)
             bpb = gasloc_model.validation_bpb(model, corpus, 0.9, EVAL_WINDOWS)
             print(f"{os.path.basename(out)}: val_bpb job {status.val_bpb:.6f} "
@@ -100,7 +131,45 @@ class JobExportTest(unittest.TestCase):
                        for a, b in zip(rc, rt))
             print(f"{os.path.basename(out)}: max |logit difference| {diff:.3g}")
             self.assertLessEqual(diff, 1e-4)
-            self.assertEqual(config["gasloc"]["metrics"]["step"], ROUNDS * 8)
+            if "ctl" in out:
+                self.assertEqual(config["gasloc"]["metrics"]["rounds_completed"],
+                                 ROUNDS)
+                self.assertEqual(config["gasloc"]["job_id"], str(status.job_id))
+            else:
+                self.assertEqual(config["gasloc"]["metrics"]["step"], ROUNDS * 8)
+
+    def test_gasloc_members_average_exactly_and_bad_requests_are_named(self):
+        status, checkpoints = self.run_job("ALGORITHM_GASLOC", "export-gasloc")
+        mean = os.path.join(self.dir, "gasloc-mean-train")
+        gasloc_train("export", "--checkpoint=" + ",".join(checkpoints),
+                     f"--out={mean}")
+        relayed = os.path.join(self.dir, "gasloc-mean-ctl")
+        gaslocctl(self, "job", "export", str(status.job_id), f"--out={relayed}",
+                  "--average")
+        a, _ = gasloc_model.load_exported(mean)
+        b, config = gasloc_model.load_exported(relayed)
+        self.assertEqual(config["gasloc"]["metrics"]["members"], 2)
+        for (name, x), (_, y) in zip(a.state_dict().items(),
+                                     b.state_dict().items()):
+            self.assertTrue(bool((x == y).all()), f"{name} differs")
+        # The members' own models differ (gossip), so the mean is a mean.
+        one = os.path.join(self.dir, "gasloc-one-ctl")
+        gaslocctl(self, "job", "export", str(status.job_id), f"--out={one}",
+                  f"--worker={status.worker_ids[0]}")
+        c, _ = gasloc_model.load_exported(one)
+        self.assertFalse(all(bool((x == y).all()) for x, y in zip(
+            a.state_dict().values(), c.state_dict().values())))
+
+        unknown = gaslocctl(self, "job", "export", "987654",
+                            f"--out={self.dir}/none", check=False)
+        self.assertEqual(unknown.returncode, 1)
+        self.assertIn("job 987654 not found", unknown.stderr)
+        stranger = gaslocctl(self, "job", "export", str(status.job_id),
+                             f"--out={self.dir}/none", "--worker=424242",
+                             check=False)
+        self.assertEqual(stranger.returncode, 1)
+        self.assertIn("worker 424242 is not a member", stranger.stderr)
+        self.assertFalse(os.path.exists(os.path.join(self.dir, "none")))
 
 
 if __name__ == "__main__":

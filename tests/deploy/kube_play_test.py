@@ -110,7 +110,7 @@ class Cluster:
         os.makedirs(self.tokens)
         os.chmod(workdir, 0o755)
         os.chmod(self.tokens, 0o755)
-        for key in ("operator", "worker", "peer"):
+        for key in ("operator", "worker", "peer", "coordinator"):
             path = os.path.join(self.tokens, key)
             with open(path, "w", encoding="utf-8") as f:
                 f.write(os.urandom(32).hex() + "\n")

@@ -88,19 +88,24 @@ class PythonClientTest(unittest.TestCase):
         cls.operator_token_file = token_file("operator-token")
         worker_token_file = token_file("worker-token")
         peer_token_file = token_file("peer-token")
+        # The coordinator's own, for relaying a model export from a worker
+        # (gaslocctl job export; job_export_test.py).
+        coordinator_token_file = token_file("coordinator-token")
         port = start("coordinator", [
             os.path.join(BIN_DIR, "gasloc-coordinator"), "--listen=127.0.0.1:0",
             "--db=" + os.path.join(cls.dir, "coordinator.sqlite"),
             "--lease_ms=3000",
             "--operator_token_file=" + cls.operator_token_file,
-            "--worker_token_file=" + worker_token_file])
+            "--worker_token_file=" + worker_token_file,
+            "--export_token_file=" + coordinator_token_file])
         cls.address = f"127.0.0.1:{port}"
         for i in range(2):
             start(f"worker{i}", [
                 os.path.join(BIN_DIR, "gasloc-worker"),
                 "--coordinator=" + cls.address, "--listen=127.0.0.1:0",
                 "--threads=1", "--worker_token_file=" + worker_token_file,
-                "--peer_token_file=" + peer_token_file])
+                "--peer_token_file=" + peer_token_file,
+                "--coordinator_token_file=" + coordinator_token_file])
         with open(cls.operator_token_file, encoding="utf-8") as f:
             cls.client = Client(cls.address, timeout=10, token=f.read().split()[0])
 

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include <cmath>
+#include <functional>
 #include <iterator>
 #include <regex>
 
@@ -217,7 +218,9 @@ TEST(ClusterTest, LocalRgcWorkersTrainUnderGasloc) {
 // before the joiner is up (on a fast CPU six tiny rounds took 0.2 s, less
 // than a worker's start-up, and the joiner never got a round): the test
 // stops it once the joiner has done kJoinerRounds rounds.
-void JoinMidRun(Cluster& cluster) {
+// `after_stop` runs once the job stopped, before the processes end.
+void JoinMidRun(Cluster& cluster,
+                const std::function<void(uint64_t job)>& after_stop = {}) {
   constexpr int kJoinerRounds = 2;
   ASSERT_NO_FATAL_FAILURE(cluster.StartCoordinator());
   ASSERT_NO_FATAL_FAILURE(cluster.StartWorkers(2));
@@ -250,6 +253,7 @@ void JoinMidRun(Cluster& cluster) {
   ASSERT_TRUE(rpc.ok()) << rpc.error_message();
   const v1::JobStatus status = cluster.WaitForJobEnd(job, absl::Seconds(60));
   EXPECT_EQ(status.state(), v1::JOB_STATE_STOPPED) << status.message();
+  if (after_stop) after_stop(job);
   cluster.StopAll();
   const std::string log = cluster.WorkerLog(2);
   EXPECT_NE(log.find("joined with the model of worker"), std::string::npos)
@@ -270,11 +274,22 @@ TEST(ClusterTest, WorkerJoiningMidRunFetchesTheModelAndTrains) {
 // The same under mutual TLS: every worker presents its own certificate
 // (CN worker:worker<i>), so the coordinator binds ids to names and each
 // Peer service accepts chunks and FetchModel only from the scheduled
-// identity; the joiner still fetches the model and the job finishes.
+// identity; the joiner still fetches the model and the job finishes. The
+// stopped job's model then leaves through the coordinator (gaslocctl job
+// export --average): the coordinator dials each member with its own
+// certificate (CN coordinator), which the members admit for FetchModel.
 TEST(ClusterTest, WorkerJoiningUnderMutualTlsFetchesTheModelAndTrains) {
   Cluster cluster("join-tls");
   ASSERT_NO_FATAL_FAILURE(cluster.UseMutualTls(3));
-  ASSERT_NO_FATAL_FAILURE(JoinMidRun(cluster));
+  ASSERT_NO_FATAL_FAILURE(JoinMidRun(cluster, [&](uint64_t job) {
+    const std::string out = absl::StrCat(cluster.dir(), "/export");
+    auto [code, text] = cluster.Ctl({"job", "export", absl::StrCat(job),
+                                     "--out=" + out, "--average"});
+    EXPECT_EQ(code, 0) << text;
+    EXPECT_THAT(text, ::testing::HasSubstr("workers (mean of) "));
+    EXPECT_THAT(ReadFile(out + "/config.json"),
+                ::testing::HasSubstr("JOB_STATE_STOPPED"));
+  }));
   for (int i = 0; i < 3; ++i)
     EXPECT_EQ(cluster.WorkerLog(i).find("PERMISSION_DENIED"), std::string::npos)
         << cluster.WorkerLog(i);

@@ -38,6 +38,7 @@
 #include "server/server_runner.h"
 #include "tests/support/test_auth.h"
 #include "worker/exchange/mailbox.h"
+#include "worker/exchange/model_fetch.h"
 #include "worker/exchange/wire_codec.h"
 
 namespace gasloc {
@@ -46,25 +47,26 @@ namespace {
 using ::testing::HasSubstr;
 namespace fs = std::filesystem;
 
-// The role every RPC needs. A method of either service missing here fails
-// RoleTable.CoversEveryMethod.
-const std::map<std::string, Role>& RoleTable() {
-  static const auto* const table = new std::map<std::string, Role>{
-      {"/gasloc.v1.Coordinator/RegisterWorker", Role::kWorker},
-      {"/gasloc.v1.Coordinator/Heartbeat", Role::kWorker},
-      {"/gasloc.v1.Coordinator/LeaveWorker", Role::kWorker},
-      {"/gasloc.v1.Coordinator/GetAssignment", Role::kWorker},
-      {"/gasloc.v1.Coordinator/ReportRound", Role::kWorker},
-      {"/gasloc.v1.Coordinator/ListWorkers", Role::kOperator},
-      {"/gasloc.v1.Coordinator/StartJob", Role::kOperator},
-      {"/gasloc.v1.Coordinator/GetJob", Role::kOperator},
-      {"/gasloc.v1.Coordinator/ListJobs", Role::kOperator},
-      {"/gasloc.v1.Coordinator/StopJob", Role::kOperator},
-      {"/gasloc.v1.Coordinator/ResumeJob", Role::kOperator},
-      {"/gasloc.v1.Coordinator/WatchJob", Role::kOperator},
-      {"/gasloc.v1.Peer/Exchange", Role::kPeer},
-      {"/gasloc.v1.Peer/FetchModel", Role::kPeer},
-      {"/gasloc.v1.Peer/Ping", Role::kPeer},
+// The roles that may call each RPC. A method of either service missing here
+// fails RoleTable.CoversEveryMethod.
+const std::map<std::string, std::set<Role>>& RoleTable() {
+  static const auto* const table = new std::map<std::string, std::set<Role>>{
+      {"/gasloc.v1.Coordinator/RegisterWorker", {Role::kWorker}},
+      {"/gasloc.v1.Coordinator/Heartbeat", {Role::kWorker}},
+      {"/gasloc.v1.Coordinator/LeaveWorker", {Role::kWorker}},
+      {"/gasloc.v1.Coordinator/GetAssignment", {Role::kWorker}},
+      {"/gasloc.v1.Coordinator/ReportRound", {Role::kWorker}},
+      {"/gasloc.v1.Coordinator/ListWorkers", {Role::kOperator}},
+      {"/gasloc.v1.Coordinator/StartJob", {Role::kOperator}},
+      {"/gasloc.v1.Coordinator/GetJob", {Role::kOperator}},
+      {"/gasloc.v1.Coordinator/ListJobs", {Role::kOperator}},
+      {"/gasloc.v1.Coordinator/StopJob", {Role::kOperator}},
+      {"/gasloc.v1.Coordinator/ResumeJob", {Role::kOperator}},
+      {"/gasloc.v1.Coordinator/WatchJob", {Role::kOperator}},
+      {"/gasloc.v1.Coordinator/ExportModel", {Role::kOperator}},
+      {"/gasloc.v1.Peer/Exchange", {Role::kPeer}},
+      {"/gasloc.v1.Peer/FetchModel", {Role::kPeer, Role::kCoordinator}},
+      {"/gasloc.v1.Peer/Ping", {Role::kPeer}},
   };
   return *table;
 }
@@ -120,6 +122,7 @@ const std::map<Role, std::string>& RoleTokens() {
       {Role::kOperator, "operator-token-0123456789"},
       {Role::kWorker, "worker-token-0123456789"},
       {Role::kPeer, "peer-token-0123456789"},
+      {Role::kCoordinator, "coordinator-token-0123456789"},
   };
   return *tokens;
 }
@@ -229,7 +232,7 @@ TEST_F(RoleTest, EveryRpcChecksCredentialsAndRole) {
     SCOPED_TRACE(method);
     auto entry = RoleTable().find(method);
     ASSERT_NE(entry, RoleTable().end());
-    const Role needed = entry->second;
+    const std::set<Role>& allowed = entry->second;
 
     grpc::Status none = CallGeneric(channel_, method, "");
     EXPECT_EQ(none.error_code(), grpc::StatusCode::UNAUTHENTICATED)
@@ -240,7 +243,7 @@ TEST_F(RoleTest, EveryRpcChecksCredentialsAndRole) {
 
     for (const auto& [role, token] : RoleTokens()) {
       grpc::Status status = CallGeneric(channel_, method, token);
-      if (role == needed) {
+      if (allowed.count(role) > 0) {
         EXPECT_NE(status.error_code(), grpc::StatusCode::UNAUTHENTICATED)
             << RoleName(role) << ": " << status.error_message();
         EXPECT_NE(status.error_code(), grpc::StatusCode::PERMISSION_DENIED)
@@ -249,7 +252,8 @@ TEST_F(RoleTest, EveryRpcChecksCredentialsAndRole) {
         EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED)
             << RoleName(role) << ": " << status.error_message();
         EXPECT_THAT(status.error_message(),
-                    HasSubstr(absl::StrCat("needs the ", RoleName(needed))));
+                    HasSubstr(absl::StrCat("needs the ",
+                                           RoleName(*allowed.begin()))));
       }
     }
   }
@@ -290,7 +294,10 @@ TEST(AuthTest, CertificateNamesMapToRoles) {
   EXPECT_TRUE(worker.Has(Role::kPeer));
   EXPECT_FALSE(worker.Has(Role::kOperator));
   EXPECT_EQ(worker.worker_name, "w7");
-  EXPECT_EQ(CallerFromCertificateName("coordinator").roles, 0u);
+  // The coordinator's certificate fetches models for exports, nothing else.
+  EXPECT_EQ(CallerFromCertificateName("coordinator").roles,
+            static_cast<uint32_t>(Role::kCoordinator));
+  EXPECT_EQ(CallerFromCertificateName("coordinator:x").roles, 0u);
   EXPECT_EQ(CallerFromCertificateName("worker:").roles, 0u);
   EXPECT_EQ(CallerFromCertificateName("localhost").roles, 0u);
 }
@@ -447,7 +454,10 @@ class SenderBindingTest : public ::testing::Test {
       : authenticator_(AuthOptions{
             .insecure = false,
             .tokens = {{.token = kW1, .role = Role::kPeer, .worker_name = "w1"},
-                       {.token = kW3, .role = Role::kPeer, .worker_name = "w3"}},
+                       {.token = kW3, .role = Role::kPeer, .worker_name = "w3"},
+                       {.token = kCoordinatorToken,
+                        .role = Role::kCoordinator,
+                        .worker_name = ""}},
             .client_certificates = false}),
         mailbox_([] {
           MailboxOptions options;
@@ -518,6 +528,7 @@ class SenderBindingTest : public ::testing::Test {
 
   static constexpr char kW1[] = "peer-token-of-w1-0123456789";
   static constexpr char kW3[] = "peer-token-of-w3-0123456789";
+  static constexpr char kCoordinatorToken[] = "coordinator-token-0123456789";
   TransferKey key_{.job_id = 4,
                    .round = 12,
                    .phase = v1::EXCHANGE_PHASE_GOSSIP,
@@ -554,6 +565,46 @@ TEST_F(SenderBindingTest, ForgedSenderIsRefusedAndHonestTransferCommits) {
   TransferOutcome out = mailbox_.Await(key_, 1);
   EXPECT_TRUE(out.status.ok()) << out.status;
   EXPECT_EQ(scratch_, model_);
+}
+
+// The coordinator's token (gaslocctl job export's relay) reads a model and
+// nothing else: FetchModel of the parameters alone, never Exchange.
+TEST_F(SenderBindingTest, TheCoordinatorFetchesTheParametersButCannotExchange) {
+  std::vector<float> outer(kArena, 3.0f), moments(kArena, 0.5f);
+  service_.SetModelProvider([&](uint64_t job_id) {
+    return ModelSnapshot{.job_id = job_id, .round = 9, .params = model_,
+                         .outer_state = outer, .optimizer_m = moments,
+                         .optimizer_v = moments, .optimizer_step = 7,
+                         .keep_alive = nullptr};
+  });
+  auto stub = v1::Peer::NewStub(
+      grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()));
+  for (bool parameters_only : {false, true}) {
+    SCOPED_TRACE(parameters_only);
+    v1::FetchModelRequest request;
+    request.set_job_id(4);
+    request.set_parameters_only(parameters_only);
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+    context.AddMetadata("authorization",
+                        std::string("Bearer ") + kCoordinatorToken);
+    auto reader = stub->FetchModel(&context, request);
+    ModelAssembler assembler(4, 0, kArena, kArena);
+    v1::ExchangeChunk chunk;
+    while (reader->Read(&chunk)) ASSERT_TRUE(assembler.Add(chunk).ok());
+    grpc::Status status = reader->Finish();
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    auto fetched = assembler.Finish();
+    ASSERT_TRUE(fetched.ok()) << fetched.status();
+    EXPECT_EQ(fetched->params, model_);
+    EXPECT_EQ(fetched->outer_state.size(), parameters_only ? 0u : kArena);
+    EXPECT_EQ(fetched->optimizer_m.size(), parameters_only ? 0u : kArena);
+  }
+  grpc::Status exchange = Send(Chunks(1), kCoordinatorToken);
+  EXPECT_EQ(exchange.error_code(), grpc::StatusCode::PERMISSION_DENIED)
+      << exchange.error_message();
+  EXPECT_THAT(exchange.error_message(), HasSubstr("needs the peer role"));
+  EXPECT_EQ(scratch_, std::vector<float>(kArena, -7.0f));
 }
 
 TEST_F(SenderBindingTest, FetchModelOnlyForTheCallersOwnId) {

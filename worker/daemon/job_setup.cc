@@ -17,6 +17,11 @@ absl::StatusOr<WorkerDaemon::Job*> WorkerDaemon::PrepareJob(
     const v1::Assignment& assignment) {
   if (job_ != nullptr && job_->job_id == assignment.job_id()) return job_.get();
   if (job_ != nullptr) DropJob("a new job was assigned");
+  {
+    // An ended job's model kept for exports goes with the next job.
+    absl::MutexLock lock(&served_mu_);
+    served_.reset();
+  }
   RETURN_IF_ERROR(ValidateJobSpec(assignment.spec()));
   // Before anything is allocated: a job this worker cannot hold is an
   // error for the job (reported), never std::bad_alloc.

@@ -1,7 +1,8 @@
 // WorkerDaemon: serving its model to a joining or re-synchronising member
 // (SnapshotModel, the Peer service's FetchModel), the copy an all-reduce
-// job keeps after each round (KeepServedModel), and the deadline of a
-// fetch from another member (WithFetchDeadline).
+// job keeps after each round (KeepServedModel), an ended job's parameters
+// kept for exports (CopyParameters), and the deadline of a fetch from
+// another member (WithFetchDeadline).
 #include "absl/strings/str_cat.h"
 #include "worker/daemon/worker_daemon.h"
 
@@ -47,6 +48,16 @@ std::shared_ptr<WorkerDaemon::ServedModel> WorkerDaemon::CopyModel(
   take(copy->m, job.trainer->optimizer_m());
   take(copy->v, job.trainer->optimizer_v());
   copy->optimizer_step = job.trainer->optimizer_step();
+  return copy;
+}
+
+std::shared_ptr<WorkerDaemon::ServedModel> WorkerDaemon::CopyParameters(
+    const Job& job) {
+  auto copy = std::make_shared<ServedModel>();
+  copy->job_id = job.job_id;
+  copy->round = job.runner->next_round();
+  const auto params = job.trainer->params().flat();
+  copy->params.assign(params.begin(), params.end());
   return copy;
 }
 

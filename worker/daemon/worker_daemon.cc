@@ -155,7 +155,7 @@ absl::Duration WorkerDaemon::HeartbeatOnce() {
   return absl::Milliseconds(std::max<uint32_t>(200, response->lease_ms() / 3));
 }
 
-void WorkerDaemon::DropJob(const std::string& why) {
+void WorkerDaemon::DropJob(const std::string& why, KeepModel keep) {
   if (job_ == nullptr) return;
   GASLOC_LOG(INFO) << "job " << job_->job_id << " dropped: " << why;
   // Keeps the rounds run since the last checkpoint (none: nothing to
@@ -170,9 +170,16 @@ void WorkerDaemon::DropJob(const std::string& why) {
     progress_.Clear();
     progress_.set_activity(v1::WORKER_ACTIVITY_IDLE);
   }
+  std::shared_ptr<const ServedModel> kept;
+  if (keep == KeepModel::kForExport) {
+    kept = CopyParameters(*job_);
+    GASLOC_LOG(INFO) << "job " << job_->job_id << ": its final model (before "
+                     << "round " << kept->round << ") is kept for exports "
+                     << "until this worker takes another job";
+  }
   job_.reset();
   absl::MutexLock lock(&served_mu_);
-  served_.reset();
+  served_ = std::move(kept);
 }
 
 absl::Status WorkerDaemon::RunAssignment(const v1::Assignment& assignment,
@@ -232,7 +239,9 @@ absl::Status WorkerDaemon::RunAssignment(const v1::Assignment& assignment,
       abandoned = abandon_requested_;
     }
     if (abandoned) {
-      DropJob("stopped by the coordinator");
+      // The round was cancelled and rolled back: the model is the last
+      // completed round's, kept for an export of the stopped job.
+      DropJob("stopped by the coordinator", KeepModel::kForExport);
       return absl::OkStatus();
     }
     return report.status();
@@ -396,7 +405,8 @@ void WorkerDaemon::PollOnce() {
     case v1::ASSIGNMENT_KIND_STOP: {
       absl::MutexLock job_lock(&job_mu_);
       DropJob(absl::StrCat("job ", assignment->job_id(), " ended: ",
-                           assignment->message()));
+                           assignment->message()),
+              KeepModel::kForExport);
       poll_job_id_ = 0;
       poll_after_round_ = -1;
       break;

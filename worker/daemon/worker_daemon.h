@@ -160,7 +160,10 @@ class WorkerDaemon {
   // Re-synchronisation uses the model fetcher too: after a failed ring
   // all-reduce the round runner fetches from a ring member that completed
   // the round, and an Assignment.resync_source is fetched before the
-  // round.
+  // round. Once a job ended (a STOP assignment), its final parameters are
+  // kept and served (no outer state, no moments) until this worker takes
+  // another job or restarts: `gaslocctl job export` fetches them through
+  // the coordinator.
   absl::StatusOr<ModelSnapshot> SnapshotModel(uint64_t job_id);
 
   // The model as the last round of an all-reduce job left it (one model
@@ -201,7 +204,10 @@ class WorkerDaemon {
   };
 
   // ------------------------------------------ the loop (worker_daemon.cc)
-  void DropJob(const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(job_mu_);
+  // Whether a dropped job's final parameters stay served for exports.
+  enum class KeepModel { kNo, kForExport };
+  void DropJob(const std::string& why, KeepModel keep = KeepModel::kNo)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(job_mu_);
   void SetProgress(const RoundProgress& progress);
   // Waits `d` on the clock; true (at once) if Shutdown() was called.
   bool WaitForShutdown(absl::Duration d);
@@ -260,6 +266,8 @@ class WorkerDaemon {
   void KeepServedModel(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(job_mu_);
   // A copy of the job's model (params, outer state, AdamW moments).
   static std::shared_ptr<ServedModel> CopyModel(const Job& job);
+  // The parameters alone (an ended job's model kept for exports).
+  static std::shared_ptr<ServedModel> CopyParameters(const Job& job);
 
   const WorkerDaemonOptions options_;
   const Clock& clock_;
@@ -294,7 +302,7 @@ class WorkerDaemon {
   std::unique_ptr<Job> job_ ABSL_GUARDED_BY(job_mu_);
 
   // The model served to re-synchronising members of an all-reduce job
-  // (KeepServedModel).
+  // (KeepServedModel), or an ended job's parameters kept for exports.
   mutable absl::Mutex served_mu_;
   std::shared_ptr<const ServedModel> served_ ABSL_GUARDED_BY(served_mu_);
 

@@ -134,6 +134,8 @@ struct Outcome {
   double checksum_divergences = 0;
   double behind_divergences = 0;
   v1::JobStatus status;
+  // What each daemon serves for the ended job (an export's FetchModel).
+  std::vector<absl::StatusOr<ModelSnapshot>> served;
 };
 
 // Runs a DiLoCo job of kRounds rounds on kWorkers daemons. Worker index
@@ -248,6 +250,7 @@ Outcome RunDiLoCoJob(int ring_failure_worker, int corrupt_worker) {
         return finals.params.size() == kWorkers;
       },
       absl::Seconds(60), absl::Milliseconds(10));
+  for (Worker& w : workers) outcome.served.push_back(w.daemon->SnapshotModel(job));
   done = true;
   for (Worker& w : workers) w.daemon->Shutdown("test done");
   for (std::thread& t : threads) t.join();
@@ -278,6 +281,18 @@ void ExpectBitIdentical(const Outcome& outcome) {
   for (const auto& [key, report] : outcome.reports)
     if (key.first == kRounds - 1) ++last[report.replica_checksum()];
   EXPECT_EQ(last.size(), 1u) << "the last round's checksums differ";
+  // Once the job ended each daemon still serves its final parameters (no
+  // outer state, no moments) for `gaslocctl job export`.
+  ASSERT_EQ(outcome.served.size(), static_cast<size_t>(kWorkers));
+  for (const absl::StatusOr<ModelSnapshot>& served : outcome.served) {
+    ASSERT_TRUE(served.ok()) << served.status();
+    ASSERT_EQ(served->params.size(), first.size());
+    EXPECT_EQ(0, std::memcmp(served->params.data(), first.data(),
+                             first.size() * sizeof(float)));
+    EXPECT_TRUE(served->outer_state.empty());
+    EXPECT_TRUE(served->optimizer_m.empty());
+    EXPECT_EQ(served->round, kRounds);
+  }
 }
 
 TEST(ReplicaResync, DiLoCoReplicasStayBitIdenticalThroughARingFailure) {
