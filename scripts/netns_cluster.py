@@ -18,6 +18,7 @@ Exit codes: 0 the job finished; 1 it failed or the harness hit an error;
 """
 import argparse
 import fcntl
+import hashlib
 import json
 import os
 import signal
@@ -49,7 +50,35 @@ ALGORITHMS = {
     "diloco": ("ALGORITHM_DILOCO", None),
     "dpsgd": ("ALGORITHM_DPSGD", None),
     "local-sgd": ("ALGORITHM_LOCAL_SGD", None),
+    # The synchronous reference: one all-reduced gradient step a round.
+    "data-parallel": ("ALGORITHM_DATA_PARALLEL", None),
 }
+
+
+def algorithm_choice(name):
+    """(base name, H or None) of an --algorithm: a name of ALGORITHMS,
+    optionally with "-h<N>" for that H in place of the scenario's
+    (diloco-h240: DiLoCo tuned for wall-clock time)."""
+    base, h = name, None
+    head, sep, tail = name.rpartition("-h")
+    if sep and head in ALGORITHMS and tail.isdigit() and int(tail) > 0:
+        base, h = head, int(tail)
+    if base not in ALGORITHMS:
+        raise argparse.ArgumentTypeError(
+            f"unknown algorithm {name!r}: one of {', '.join(sorted(ALGORITHMS))}"
+            ", optionally with -h<N>")
+    return base, h
+
+
+def build_identity(server_dir):
+    """12 hex digits of the SHA-256 of the coordinator's and the worker's
+    binaries: runs of one table must share it (netns_compare.py)."""
+    digest = hashlib.sha256()
+    for binary in ("gasloc-coordinator", "gasloc-worker"):
+        with open(os.path.join(server_dir, binary), "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()[:12]
 CHECKPOINT_DIR = "ckpt"  # under each worker's data_dir
 TERMINAL = {"JOB_STATE_FINISHED", "JOB_STATE_FAILED", "JOB_STATE_STOPPED"}
 
@@ -196,17 +225,18 @@ class Run:
 
     def job_spec(self):
         sc, args = self.sc, self.args
-        algorithm, policy = ALGORITHMS[args.algorithm]
+        base, h = algorithm_choice(args.algorithm)
+        algorithm, policy = ALGORITHMS[base]
         corpus = sc.corpus if os.path.isabs(sc.corpus) else os.path.join(
             REPO, sc.corpus)
         if args.corpus:
             corpus = os.path.abspath(args.corpus)
         if not os.path.exists(corpus):
             raise HarnessError(f"corpus {corpus} does not exist")
-        outer = {"algorithm": algorithm, "localSteps": sc.local_steps}
+        outer = {"algorithm": algorithm, "localSteps": h or sc.local_steps}
         if policy:
             outer["budgetPolicy"] = policy
-        if args.algorithm == "gasloc-overlap":
+        if base == "gasloc-overlap":
             outer["overlapExchange"] = True
         if sc.min_local_steps:
             outer["minLocalSteps"] = sc.min_local_steps
@@ -441,6 +471,7 @@ class Run:
         summary = {
             "scenario": self.sc.name, "algorithm": self.args.algorithm,
             "seed": self.args.seed, "state": state, "job_id": self.job_id,
+            "build": build_identity(self.bin),
             "wall_seconds": final.get("elapsed_s"),
             "rounds": final.get("round"), "tokens": final.get("tokens"),
             "final_val_bpb": final.get("val_bpb"),
@@ -472,7 +503,10 @@ def parse_args(argv):
         description=__doc__.split("\n\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("scenario", nargs="?", help="scenario YAML file")
-    p.add_argument("--algorithm", default="gasloc", choices=sorted(ALGORITHMS))
+    p.add_argument("--algorithm", default="gasloc",
+                   type=lambda name: algorithm_choice(name) and name,
+                   help=f"one of {', '.join(sorted(ALGORITHMS))}, optionally "
+                        "with -h<N>: that H instead of the scenario's")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--rounds", type=int, default=None,
                    help="override the scenario's stop.max_rounds")
