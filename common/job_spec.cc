@@ -312,12 +312,12 @@ absl::Status ValidateJobSpec(const v1::JobSpec& raw) {
           " peers a round), got ", o.alpha(), " x ", o.lambda(),
           ": the gossip mixing matrix would not contract (eigenvalue -1)"));
   }
-  if (o.overlap_exchange() && !IsGossipAlgorithm(o.algorithm()))
-    return absl::InvalidArgumentError(absl::StrCat(
-        "outer.overlap_exchange is only for the gossip algorithms (GASLoC, "
-        "D-PSGD): ", v1::Algorithm_Name(o.algorithm()),
-        " keeps its replicas identical, and steps taken during its "
-        "all-reduce would set them apart"));
+  if (o.overlap_exchange() && o.algorithm() == v1::ALGORITHM_DATA_PARALLEL)
+    return absl::InvalidArgumentError(
+        "outer.overlap_exchange is for the algorithms that exchange once a "
+        "round (GASLoC, D-PSGD, DiLoCo, local SGD): data-parallel "
+        "all-reduces every step's gradient, and a step cannot run beside "
+        "its own gradient's reduction");
   if (!v1::MomentumPlacement_IsValid(o.momentum_placement()))
     return absl::InvalidArgumentError(
         "outer.momentum_placement is not a known value");

@@ -48,6 +48,9 @@ ALGORITHMS = {
     "gasloc-overlap": ("ALGORITHM_GASLOC", "BUDGET_POLICY_ADAPTIVE"),
     "gasloc-uniform": ("ALGORITHM_GASLOC", "BUDGET_POLICY_UNIFORM"),
     "diloco": ("ALGORITHM_DILOCO", None),
+    # DiLoCo with its all-reduce overlapped by inner steps (the same
+    # outer.overlap_exchange rule as GASLoC's; docs/algorithms.md s.5).
+    "diloco-overlap": ("ALGORITHM_DILOCO", None),
     "dpsgd": ("ALGORITHM_DPSGD", None),
     "local-sgd": ("ALGORITHM_LOCAL_SGD", None),
     # The synchronous reference: one all-reduced gradient step a round.
@@ -236,7 +239,7 @@ class Run:
         outer = {"algorithm": algorithm, "localSteps": h or sc.local_steps}
         if policy:
             outer["budgetPolicy"] = policy
-        if base == "gasloc-overlap":
+        if base.endswith("-overlap"):
             outer["overlapExchange"] = True
         if sc.min_local_steps:
             outer["minLocalSteps"] = sc.min_local_steps

@@ -170,10 +170,11 @@ INSTANTIATE_TEST_SUITE_P(
                    s->mutable_outer()->set_algorithm(v1::ALGORITHM_DILOCO);
                    s->mutable_outer()->set_topology(v1::TOPOLOGY_RING);
                  }},
-        // Steps taken during an all-reduce would set DiLoCo's replicas apart.
+        // Data-parallel reduces every step's gradient: nothing to overlap.
         BadField{"outer.overlap_exchange",
                  [](v1::JobSpec* s) {
-                   s->mutable_outer()->set_algorithm(v1::ALGORITHM_DILOCO);
+                   s->mutable_outer()->set_algorithm(
+                       v1::ALGORITHM_DATA_PARALLEL);
                    s->mutable_outer()->set_topology(v1::TOPOLOGY_COMPLETE);
                    s->mutable_outer()->set_overlap_exchange(true);
                  }},

@@ -110,6 +110,35 @@ INSTANTIATE_TEST_SUITE_P(
                       v1::ALGORITHM_DATA_PARALLEL),
     [](const auto& info) { return v1::Algorithm_Name(info.param); });
 
+// DiLoCo with its all-reduce overlapped by inner steps (issue 36 item 1):
+// real daemons and gRPC; the job finishes, every worker's loss drops, and
+// the coordinator never sees the replicas' checksums apart (they cover the
+// round's result, which the replicas share, not the parameters, which
+// are ahead of it by each worker's own steps beside the ring).
+TEST(ClusterTest, DilocoWithOverlappedCommunicationKeepsItsReplicasInStep) {
+  Cluster cluster("diloco-overlap");
+  ASSERT_NO_FATAL_FAILURE(cluster.StartCoordinator());
+  ASSERT_NO_FATAL_FAILURE(cluster.StartWorkers(3));
+  v1::JobSpec spec = cluster.TinySpec(v1::ALGORITHM_DILOCO, 4, 3);
+  spec.mutable_outer()->set_overlap_exchange(true);
+  const uint64_t job = cluster.StartJob(spec);
+  const v1::JobStatus status = cluster.WaitForJobEnd(job, absl::Seconds(150));
+  EXPECT_EQ(status.state(), v1::JOB_STATE_FINISHED) << status.message();
+  cluster.StopAll();
+  const std::string coordinator_log =
+      ReadFile(absl::StrCat(cluster.dir(), "/coordinator.log"));
+  EXPECT_EQ(coordinator_log.find("replicas diverged"), std::string::npos)
+      << coordinator_log;
+  for (int i = 0; i < 3; ++i) {
+    const std::string log = cluster.WorkerLog(i);
+    EXPECT_NE(log.find("inner steps during the exchange"), std::string::npos)
+        << log;
+    const std::vector<double> bpb = LoggedValBpb(log);
+    ASSERT_GE(bpb.size(), 2u) << "worker " << i << " log:\n" << log;
+    EXPECT_LT(bpb.back(), bpb.front()) << "worker " << i;
+  }
+}
+
 // Gossip with gamma = 0 and eta = 1 between two workers (always paired) is
 // exact pairwise averaging: the workers' parameters, apart by the logged
 // peer distance before each exchange, coincide after it.

@@ -28,6 +28,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/strip.h"
+#include "common/status_macros.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
@@ -234,18 +235,27 @@ TEST(ObservabilityTest, ShippedDashboardAndAlertsWorkAgainstARealCluster) {
   ASSERT_TRUE(std::regex_match(definition, match, kLabelValues)) << definition;
   const std::string variable_query =
       absl::StrCat("count by (", match[2].str(), ") (", match[1].str(), ")");
+  // Each wait below retries a query until the data has landed (scrapes
+  // every second); a query that fails ends the wait and the test.
   std::set<std::string> job_values;
-  absl::Time give_up = absl::Now() + absl::Seconds(40);
-  while (!job_values.count(absl::StrCat(job)) && absl::Now() < give_up) {
-    absl::SleepFor(absl::Milliseconds(500));
-    auto result = prometheus.Query(variable_query);
-    ASSERT_TRUE(result.ok()) << variable_query << ": " << result.status();
-    for (const Value& series : result->values())
-      job_values.insert(Field(Field(series.struct_value(), "metric")->struct_value(),
-                              match[2].str())
-                            ->string_value());
-  }
-  ASSERT_TRUE(job_values.count(absl::StrCat(job)))
+  absl::Status query_status;
+  const bool listed = WaitFor(
+      [&] {
+        auto result = prometheus.Query(variable_query);
+        if (!result.ok()) {
+          query_status = result.status();
+          return true;
+        }
+        for (const Value& series : result->values())
+          job_values.insert(
+              Field(Field(series.struct_value(), "metric")->struct_value(),
+                    match[2].str())
+                  ->string_value());
+        return job_values.count(absl::StrCat(job)) > 0;
+      },
+      absl::Seconds(40), absl::Milliseconds(500));
+  ASSERT_TRUE(query_status.ok()) << variable_query << ": " << query_status;
+  ASSERT_TRUE(listed && job_values.count(absl::StrCat(job)))
       << "the dashboard's job variable never listed job " << job << "; logs in "
       << cluster.dir();
 
@@ -256,13 +266,18 @@ TEST(ObservabilityTest, ShippedDashboardAndAlertsWorkAgainstARealCluster) {
                                                 {"gasloc-worker", 2}}) {
     const std::string query = absl::StrCat("up{job=\"", scrape_job, "\"} == 1");
     int up_count = 0;
-    give_up = absl::Now() + absl::Seconds(20);
-    while (up_count < expected && absl::Now() < give_up) {
-      auto up = prometheus.Query(query);
-      ASSERT_TRUE(up.ok()) << up.status();
-      up_count = up->values_size();
-      if (up_count < expected) absl::SleepFor(absl::Milliseconds(250));
-    }
+    WaitFor(
+        [&] {
+          auto up = prometheus.Query(query);
+          if (!up.ok()) {
+            query_status = up.status();
+            return true;
+          }
+          up_count = up->values_size();
+          return up_count >= expected;
+        },
+        absl::Seconds(20), absl::Milliseconds(250));
+    ASSERT_TRUE(query_status.ok()) << query << ": " << query_status;
     EXPECT_EQ(up_count, expected)
         << scrape_job << " targets up; targets: "
         << HttpGet(prometheus.port(), "/api/v1/targets").value_or("?");
@@ -288,17 +303,22 @@ TEST(ObservabilityTest, ShippedDashboardAndAlertsWorkAgainstARealCluster) {
     EXPECT_FALSE(absl::StrContains(expr, "$")) << "unsubstituted: " << expr;
   }
   std::vector<std::string> empty;
-  give_up = absl::Now() + absl::Seconds(40);
-  do {
-    empty.clear();
-    for (const std::string& expr : panel_exprs) {
-      auto result = prometheus.Query(expr);
-      ASSERT_TRUE(result.ok()) << "panel query does not evaluate: " << expr
-                               << "\n" << result.status();
-      if (result->values_size() == 0) empty.push_back(expr);
-    }
-    if (!empty.empty()) absl::SleepFor(absl::Milliseconds(500));
-  } while (!empty.empty() && absl::Now() < give_up);
+  WaitFor(
+      [&] {
+        empty.clear();
+        for (const std::string& expr : panel_exprs) {
+          auto result = prometheus.Query(expr);
+          if (!result.ok()) {
+            query_status = Annotate(result.status(), expr);
+            return true;
+          }
+          if (result->values_size() == 0) empty.push_back(expr);
+        }
+        return empty.empty();
+      },
+      absl::Seconds(40), absl::Milliseconds(500));
+  ASSERT_TRUE(query_status.ok())
+      << "a panel query does not evaluate: " << query_status;
   for (const std::string& expr : empty)
     ADD_FAILURE() << "panel query returned no data: " << expr;
 
@@ -321,25 +341,31 @@ TEST(ObservabilityTest, ShippedDashboardAndAlertsWorkAgainstARealCluster) {
     ++shipped_alerts;
   std::vector<std::string> rule_exprs;
   std::vector<std::string> unhealthy;
-  give_up = absl::Now() + absl::Seconds(20);
-  do {
-    rule_exprs.clear();
-    unhealthy.clear();
-    auto rules = prometheus.Api("rules");
-    ASSERT_TRUE(rules.ok()) << rules.status();
-    for (const Value& group :
-         Field(rules->struct_value(), "groups")->list_value().values()) {
-      for (const Value& rule :
-           Field(group.struct_value(), "rules")->list_value().values()) {
-        const Struct& r = rule.struct_value();
-        rule_exprs.push_back(Field(r, "query")->string_value());
-        if (Field(r, "health")->string_value() != "ok")
-          unhealthy.push_back(absl::StrCat(Field(r, "name")->string_value(), ": ",
-                                           Field(r, "health")->string_value()));
-      }
-    }
-    if (!unhealthy.empty()) absl::SleepFor(absl::Milliseconds(500));
-  } while (!unhealthy.empty() && absl::Now() < give_up);
+  WaitFor(
+      [&] {
+        rule_exprs.clear();
+        unhealthy.clear();
+        auto rules = prometheus.Api("rules");
+        if (!rules.ok()) {
+          query_status = rules.status();
+          return true;
+        }
+        for (const Value& group :
+             Field(rules->struct_value(), "groups")->list_value().values()) {
+          for (const Value& rule :
+               Field(group.struct_value(), "rules")->list_value().values()) {
+            const Struct& r = rule.struct_value();
+            rule_exprs.push_back(Field(r, "query")->string_value());
+            if (Field(r, "health")->string_value() != "ok")
+              unhealthy.push_back(
+                  absl::StrCat(Field(r, "name")->string_value(), ": ",
+                               Field(r, "health")->string_value()));
+          }
+        }
+        return unhealthy.empty();
+      },
+      absl::Seconds(20), absl::Milliseconds(500));
+  ASSERT_TRUE(query_status.ok()) << "rules: " << query_status;
   EXPECT_EQ(rule_exprs.size(), shipped_alerts) << "rules loaded vs shipped";
   EXPECT_THAT(unhealthy, ::testing::IsEmpty());
   for (const std::string& expr : rule_exprs) {

@@ -43,7 +43,9 @@ std::shared_ptr<WorkerDaemon::ServedModel> WorkerDaemon::CopyModel(
   auto take = [](std::vector<float>& to, const FloatArena* from) {
     if (from != nullptr) to.assign(from->flat().begin(), from->flat().end());
   };
-  take(copy->params, &job.trainer->params());
+  // The point the replicas share (an overlapped all-reduce round leaves
+  // each worker's parameters ahead of it by its own steps).
+  take(copy->params, &job.runner->replicated_params());
   take(copy->outer, &job.runner->outer_state());
   take(copy->m, job.trainer->optimizer_m());
   take(copy->v, job.trainer->optimizer_v());

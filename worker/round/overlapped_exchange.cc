@@ -15,8 +15,9 @@ namespace gasloc {
 absl::StatusOr<ExchangeResult> OverlappedExchange::Exchange(OuterRound& round,
                                                             FloatArena& model) {
   start_pending_ = false;  // a round that was not applied carries nothing
-  // No peer: nothing to wait for, so nothing to compute beside.
-  if (round.assignment->peers_size() == 0)
+  // No peer and no ring to wait for: nothing to compute beside.
+  if (round.assignment->peers_size() == 0 &&
+      round.assignment->ring_order_size() <= 1)
     return exchange_->Exchange(round, model);
   if (!model_) {
     model_.emplace(model.shared_layout());

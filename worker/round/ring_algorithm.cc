@@ -114,8 +114,15 @@ void PseudoGradientRing::Apply() {
 }
 
 std::optional<uint32_t> PseudoGradientRing::ReplicaChecksum() const {
-  return gasloc::ReplicaChecksum(context_.trainer->params().flat(),
-                                 context_.buffers->momentum.flat());
+  return gasloc::ReplicaChecksum(
+      ReplicatedParameters(*context_.buffers, context_.trainer->params())
+          .flat(),
+      context_.buffers->momentum.flat());
+}
+
+const FloatArena& ReplicatedParameters(const OuterBuffers& buffers,
+                                       const FloatArena& params) {
+  return buffers.start_carried ? buffers.theta_start : params;
 }
 
 }  // namespace gasloc

@@ -33,6 +33,13 @@ uint32_t ReplicaChecksum(std::span<const float> params,
                          const FloatArena* m = nullptr,
                          const FloatArena* v = nullptr);
 
+// What the replicas of an all-reduce job hold in common after a round:
+// the parameters, or, after an overlapped round (buffers.start_carried),
+// the next round's start, which the parameters are ahead of by the steps
+// taken beside the exchange.
+const FloatArena& ReplicatedParameters(const OuterBuffers& buffers,
+                                       const FloatArena& params);
+
 // The round's ring in order; *rank = this worker's position, -1 if absent.
 std::vector<RingMember> RingOf(const v1::Assignment& assignment,
                                uint64_t self_id, int* rank);
@@ -46,7 +53,13 @@ ExchangeResult RingExchange(const OuterContext& context, OuterRound& round,
 
 // DiLoCo's exchange and update: the pseudo-gradient g = theta_start -
 // theta averaged over the ring, then NesterovOuterStep with outer.lr and
-// outer.mu (local SGD: lr = 1, mu = 0, its spec's defaults).
+// outer.mu (local SGD: lr = 1, mu = 0, its spec's defaults). Its exchange
+// reads theta_start and the model it is given and writes only the
+// buffers and that model, so it may run beside inner steps
+// (outer.overlap_exchange: DiLoCo with overlapped communication,
+// algorithms.md section 5); the replicas then agree on the round's
+// result, theta_start of the next round, and each worker's parameters are
+// ahead of it by its own steps taken beside the all-reduce.
 class PseudoGradientRing : public OuterAlgorithm {
  public:
   explicit PseudoGradientRing(const OuterContext& context)
@@ -55,7 +68,9 @@ class PseudoGradientRing : public OuterAlgorithm {
   absl::StatusOr<ExchangeResult> Exchange(OuterRound& round,
                                           FloatArena& model) override;
   void Apply() override;
+  // Over the replicated point (ReplicatedParameters) and the momentum.
   std::optional<uint32_t> ReplicaChecksum() const override;
+  bool RunsBesideInnerSteps() const override { return true; }
 
  private:
   OuterContext context_;

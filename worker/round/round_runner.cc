@@ -7,6 +7,7 @@
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "worker/round/outer_optimizer.h"
+#include "worker/round/ring_algorithm.h"
 
 namespace gasloc {
 namespace {
@@ -64,6 +65,10 @@ bool RoundRunner::KeepsPreviousIterate() const {
 
 FloatArena& RoundRunner::outer_state() {
   return KeepsPreviousIterate() ? buffers_.y_prev : buffers_.momentum;
+}
+
+const FloatArena& RoundRunner::replicated_params() const {
+  return ReplicatedParameters(buffers_, trainer_->params());
 }
 
 absl::StatusOr<v1::ReportRoundRequest> RoundRunner::RunRound(

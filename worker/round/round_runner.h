@@ -142,6 +142,10 @@ class RoundRunner : private InnerStepLoop {
   // the momentum v for the all-reduce algorithms and the PSEUDO_GRADIENT
   // placement.
   FloatArena& outer_state();
+  // What the replicas of an all-reduce job agree on after a round (the
+  // model a re-synchronising member fetches): the parameters, or, after an
+  // overlapped round, the next round's start (ReplicatedParameters).
+  const FloatArena& replicated_params() const;
   // True when that buffer is y_{t-1} (gossip under LOCAL or MIXED), false
   // when it is the momentum v (all-reduce, PSEUDO_GRADIENT gossip).
   bool KeepsPreviousIterate() const;

@@ -71,20 +71,23 @@ TEST(OuterAlgorithmRegistryTest, EveryAlgorithmOfTheEnumIsRegistered) {
 }
 
 // The overlap is composed onto an algorithm whose exchange can run beside
-// inner steps, and refused for one whose cannot.
-TEST(OuterAlgorithmRegistryTest, TheOverlapComposesOntoGossipOnly) {
+// inner steps (gossip, DiLoCo's pseudo-gradient ring), and refused for one
+// whose cannot (data-parallel reduces each step's gradient).
+TEST(OuterAlgorithmRegistryTest, TheOverlapComposesOntoOncePerRoundExchanges) {
   FakeTrainer trainer(FakeLayout(), 1.0f);
   InProcessNetwork network;
   auto transport = network.Join(1);
   OuterBuffers buffers(trainer.params());
-  for (v1::Algorithm algorithm : {v1::ALGORITHM_GASLOC, v1::ALGORITHM_DILOCO}) {
+  for (v1::Algorithm algorithm :
+       {v1::ALGORITHM_GASLOC, v1::ALGORITHM_DILOCO, v1::ALGORITHM_LOCAL_SGD,
+        v1::ALGORITHM_DATA_PARALLEL}) {
     v1::JobSpec spec = Spec(algorithm);
     spec.mutable_outer()->set_overlap_exchange(true);
     auto outer = OuterAlgorithmRegistry::Default().Create(
         {.job_id = kJob, .spec = &spec, .trainer = &trainer,
          .transport = transport.get(), .clock = &RealClock::Get(),
          .buffers = &buffers});
-    if (algorithm == v1::ALGORITHM_GASLOC) {
+    if (algorithm != v1::ALGORITHM_DATA_PARALLEL) {
       ASSERT_TRUE(outer.ok()) << outer.status();
       EXPECT_NE(dynamic_cast<OverlappedExchange*>(outer->get()), nullptr);
     } else {
