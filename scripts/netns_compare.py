@@ -109,18 +109,25 @@ def plot(runs, out):
         print("netns_compare: gnuplot not found (Debian package gnuplot-nox): "
               "no PNGs, the CSVs have the data")
         return
+    # One colour per (scenario, algorithm), its seeds as lines of that
+    # colour; the legend names each method once.
     series = []
+    colours = {}
     for n, run in enumerate(runs):
         path = os.path.join(out, f"run{n}.dat")
         with open(path, "w", encoding="utf-8") as f:
             for elapsed, tokens, bpb in run["evals"]:
                 f.write(f"{elapsed} {tokens} {bpb}\n")
-        title = f"{run['scenario']} {run['algorithm']} s{run['seed']}"
-        series.append((path, title))
+        method = f"{run['scenario']} {run['algorithm']}"
+        first = method not in colours
+        colour = colours.setdefault(method, len(colours) + 1)
+        title = f"title '{method}'" if first else "notitle"
+        series.append((path, colour, title))
     for column, name, label in ((1, "bpb_vs_time", "wall-clock seconds"),
                                 (2, "bpb_vs_tokens", "tokens (all workers)")):
         lines = ", ".join(f"'{p}' using {column}:3 with linespoints "
-                          f"title '{t}'" for p, t in series)
+                          f"linecolor {c} pointtype {c} {t}"
+                          for p, c, t in series)
         script = (f"set terminal png size 900,600\n"
                   f"set output '{os.path.join(out, name + '.png')}'\n"
                   f"set xlabel '{label}'\nset ylabel 'validation bits/byte'\n"
