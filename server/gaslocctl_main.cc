@@ -32,6 +32,7 @@
 #include "grpcpp/grpcpp.h"
 #include "server/credentials.h"
 #include "server/job_export_client.h"
+#include "worker/train/safetensors.h"
 
 ABSL_FLAG(std::string, coordinator, "localhost:7070",
           "Coordinator address (host:port).");
@@ -473,12 +474,14 @@ int JobExport(v1::Coordinator::Stub& stub, uint64_t id) {
   if (!result.ok()) return Fail(std::string(result.status().message()));
   const v1::JobStatus& job = result->job;
   if (Json()) {
+    std::string out;  // the path as a JSON string literal
+    AppendJsonString(options.out_dir, &out);
     std::printf(
-        "{\"job_id\": %llu, \"state\": \"%s\", \"out\": \"%s\", "
+        "{\"job_id\": %llu, \"state\": \"%s\", \"out\": %s, "
         "\"dtype\": \"%s\", \"worker_ids\": [%s], \"bytes\": %llu, "
         "\"val_bpb\": %.6f}\n",
         static_cast<unsigned long long>(id), StateName(job.state()).c_str(),
-        EscapeForTerminal(options.out_dir).c_str(), dtype.c_str(),
+        out.c_str(), dtype.c_str(),
         absl::StrJoin(result->members, ", ").c_str(),
         static_cast<unsigned long long>(result->bytes_received), job.val_bpb());
     return kOk;

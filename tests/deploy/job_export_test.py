@@ -153,9 +153,13 @@ class JobExportTest(unittest.TestCase):
                                      b.state_dict().items()):
             self.assertTrue(bool((x == y).all()), f"{name} differs")
         # The members' own models differ (gossip), so the mean is a mean.
-        one = os.path.join(self.dir, "gasloc-one-ctl")
-        gaslocctl(self, "job", "export", str(status.job_id), f"--out={one}",
-                  f"--worker={status.worker_ids[0]}")
+        # A path JSON must escape, and the JSON answer names it exactly.
+        one = os.path.join(self.dir, 'gasloc "one" ctl')
+        answer = json.loads(gaslocctl(
+            self, "--output=json", "job", "export", str(status.job_id),
+            f"--out={one}", f"--worker={status.worker_ids[0]}").stdout)
+        self.assertEqual(answer["out"], one)
+        self.assertEqual(answer["worker_ids"], [status.worker_ids[0]])
         c, _ = gasloc_model.load_exported(one)
         self.assertFalse(all(bool((x == y).all()) for x, y in zip(
             a.state_dict().values(), c.state_dict().values())))
