@@ -180,6 +180,13 @@ class OuterAlgorithm {
   virtual uint64_t ModelsRefused() const { return 0; }
   // Whether Exchange may run beside inner steps (outer.overlap_exchange).
   virtual bool RunsBesideInnerSteps() const { return false; }
+  // A bound of the algorithm's own on the inner steps taken beside its
+  // exchange in a round of `budget` planned steps, below the overlap's cap
+  // (kOverlapStepFactor); once reached the worker waits for the exchange.
+  virtual std::optional<uint32_t> MaxStepsBesideExchange(
+      uint32_t /*budget*/) const {
+    return std::nullopt;
+  }
 };
 
 }  // namespace gasloc

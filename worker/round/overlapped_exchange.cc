@@ -1,5 +1,6 @@
 #include "worker/round/overlapped_exchange.h"
 
+#include <algorithm>
 #include <atomic>
 #include <future>
 #include <string>
@@ -39,14 +40,18 @@ absl::StatusOr<ExchangeResult> OverlappedExchange::Exchange(OuterRound& round,
     if (done.valid()) done.wait();
   };
   // Inner steps while the exchange runs, up to kOverlapStepFactor * H in
-  // the round. They are the next round's first steps (their change enters
-  // its pseudo-gradient, Apply), so they take the schedule position of
-  // the next round's start (on a horizon, the round's planned end).
+  // the round or the algorithm's own bound (DiLoCo: H_i). They are the
+  // next round's first steps (their change enters its pseudo-gradient,
+  // Apply), so they take the schedule position of the next round's start
+  // (on a horizon, the round's planned end).
   const uint64_t round_number = round.assignment->round();
   const uint32_t nominal = context_.spec->outer().local_steps();
   const uint32_t budget = round.assignment->local_steps();
   const uint64_t cap = static_cast<uint64_t>(kOverlapStepFactor) * nominal;
-  const uint64_t allowed = cap > budget ? cap - budget : 0;
+  uint64_t allowed = cap > budget ? cap - budget : 0;
+  if (const std::optional<uint32_t> own =
+          exchange_->MaxStepsBesideExchange(budget))
+    allowed = std::min<uint64_t>(allowed, *own);
   const SchedulePoint next_start{
       ScheduleStep(round_number + 1, nominal, budget, 0),
       ScheduleProgressAtEnd(*round.assignment)};

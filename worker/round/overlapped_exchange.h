@@ -2,7 +2,8 @@
 // touches no trainer state (OuterAlgorithm::RunsBesideInnerSteps; the
 // registry refuses the others): the exchange mixes a copy of theta at H_i
 // on a thread this object owns while the round keeps taking inner steps,
-// up to kOverlapStepFactor * H in the round; then theta' = mixed copy +
+// up to kOverlapStepFactor * H in the round (or the algorithm's own bound,
+// OuterAlgorithm::MaxStepsBesideExchange); then theta' = mixed copy +
 // the change those steps made. Those steps are the next round's first
 // inner steps: at its schedule position, and its pseudo-gradient is taken
 // from the mixed point, so the outer optimizer sees them like any other
@@ -61,6 +62,10 @@ class OverlappedExchange : public OuterAlgorithm {
   }
   uint64_t ModelsRefused() const override { return exchange_->ModelsRefused(); }
   bool RunsBesideInnerSteps() const override { return true; }
+  std::optional<uint32_t> MaxStepsBesideExchange(
+      uint32_t budget) const override {
+    return exchange_->MaxStepsBesideExchange(budget);
+  }
 
  private:
   // The report of the steps taken during the exchange, merged with the
