@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "absl/flags/flag.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
@@ -95,6 +96,19 @@ int main(int argc, char** argv) {
     return 2;
   }
   const gasloc::Authenticator authenticator(*auth_options);
+  // The export token (the coordinator's own, for the workers' FetchModel)
+  // is read now: a file that cannot be read stops the start, not the
+  // first `gaslocctl job export`.
+  if (const std::string export_token = absl::GetFlag(FLAGS_export_token_file);
+      !export_token.empty()) {
+    if (const absl::StatusOr<std::string> token =
+            gasloc::LoadOwnToken(export_token);
+        !token.ok()) {
+      std::fprintf(stderr, "gasloc-coordinator: --export_token_file: %s\n",
+                   std::string(token.status().message()).c_str());
+      return 2;
+    }
+  }
 
   const int lease_ms = absl::GetFlag(FLAGS_lease_ms);
   if (lease_ms < 100 || lease_ms > 3600000) {

@@ -80,6 +80,36 @@ INSTANTIATE_TEST_SUITE_P(Binaries, NoCredentialsTest,
                          ::testing::Values("gasloc-coordinator",
                                            "gasloc-worker", "gaslocctl"));
 
+// A credential file named on the command line that cannot be read is a
+// refusal to start naming it, not a failure at first use: the coordinator
+// read its --export_token_file only at the first `gaslocctl job export`
+// (a Kubernetes Secret that did not project the key went unnoticed).
+TEST(CoordinatorProcess, RefusesToStartWithAnUnreadableExportTokenFile) {
+  const std::string dir = absl::StrCat(::testing::TempDir(), "/export-token-",
+                                       getpid());
+  const std::string tokens = absl::StrCat(dir, ".tokens");
+  std::ofstream(tokens) << "0123456789abcdef0123456789abcdef\n";
+  const std::string missing = absl::StrCat(dir, ".missing");
+  const std::string err = absl::StrCat(dir, ".err");
+  auto child = Subprocess::Start(
+      {BinaryPath("gasloc-coordinator"), "--listen=127.0.0.1:0",
+       absl::StrCat("--db=", dir, ".sqlite"),
+       absl::StrCat("--operator_token_file=", tokens),
+       absl::StrCat("--worker_token_file=", tokens),
+       absl::StrCat("--export_token_file=", missing)},
+      err);
+  ASSERT_TRUE(child.ok()) << child.status();
+  auto status = child->Wait(absl::Seconds(20));
+  if (!status.ok()) child->Signal(SIGKILL);
+  ASSERT_TRUE(status.ok()) << "still running: " << status.status();
+  ASSERT_TRUE(WIFEXITED(*status));
+  EXPECT_NE(WEXITSTATUS(*status), 0);
+  std::stringstream text;
+  text << std::ifstream(err).rdbuf();
+  EXPECT_THAT(text.str(), HasSubstr("--export_token_file"));
+  EXPECT_THAT(text.str(), HasSubstr(missing));
+}
+
 TEST(CoordinatorProcess, ServesHealthAndExitsCleanlyOnSigterm) {
   const std::string db = absl::StrCat(::testing::TempDir(), "/health.sqlite");
   auto child = Subprocess::Start({BinaryPath("gasloc-coordinator"),
