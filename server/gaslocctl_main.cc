@@ -25,6 +25,7 @@
 #include "absl/time/time.h"
 #include "common/flags_setup.h"
 #include "common/job_spec.h"
+#include "common/json_string.h"
 #include "common/link_bandwidth.h"
 #include "common/terminal_text.h"
 #include "gasloc/v1/coordinator.grpc.pb.h"
@@ -32,7 +33,6 @@
 #include "grpcpp/grpcpp.h"
 #include "server/credentials.h"
 #include "server/job_export_client.h"
-#include "worker/train/safetensors.h"
 
 ABSL_FLAG(std::string, coordinator, "localhost:7070",
           "Coordinator address (host:port).");

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/json_string.h"
 #include "common/status_macros.h"
 #include "google/protobuf/util/json_util.h"
 #include "worker/model/kernels.h"

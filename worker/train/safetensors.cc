@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/json_string.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
 
@@ -107,21 +108,6 @@ absl::StatusOr<SafetensorsView> ParseEntry(const std::string& name,
 }
 
 }  // namespace
-
-void AppendJsonString(absl::string_view s, std::string* out) {
-  out->push_back('"');
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out->push_back('\\');
-      out->push_back(c);
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      absl::StrAppendFormat(out, "\\u%04x", static_cast<unsigned char>(c));
-    } else {
-      out->push_back(c);
-    }
-  }
-  out->push_back('"');
-}
 
 absl::string_view SafetensorsDtypeName(SafetensorsDtype dtype) {
   return Info(dtype).name;

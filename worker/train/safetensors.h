@@ -46,10 +46,6 @@ enum class SafetensorsDtype {
 absl::string_view SafetensorsDtypeName(SafetensorsDtype dtype);
 size_t SafetensorsDtypeBytes(SafetensorsDtype dtype);
 
-// Appends the JSON string literal of `s` (UTF-8 passes through; quotes,
-// backslashes and control characters are escaped).
-void AppendJsonString(absl::string_view s, std::string* out);
-
 // One tensor to write: `data` holds exactly dtype bytes x elements.
 struct SafetensorsTensor {
   std::string name;
