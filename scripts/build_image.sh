@@ -56,7 +56,7 @@ context="$build/image-context"
 rm -rf "$context"
 mkdir -p "$context/rootfs/usr/local/bin" "$context/rootfs/usr/lib/x86_64-linux-gnu" \
          "$context/rootfs/lib64" "$context/rootfs/etc" "$context/rootfs/tmp" \
-         "$context/rootfs/data" "$context/state" "$context/tls"
+         "$context/rootfs/data" "$context/state"
 chmod 1777 "$context/rootfs/tmp"
 
 # The binaries without their debug sections (the build folder keeps them).
@@ -69,26 +69,10 @@ done
 mkdir -p "$context/rootfs/bin"
 cp -L /bin/dash "$context/rootfs/bin/sh"
 
-# openssl and gasloc-issue-certificate: each pod of the Kubernetes manifest
-# makes its own key and certificate in an init container (mutual TLS,
-# docs/security.md). openssl's default configuration file holds only what
-# `openssl req` needs (names come from -subj).
-command -v openssl > /dev/null ||
-  { echo "build_image: openssl not found (run scripts/install_deps.sh)" >&2; exit 2; }
-openssl_bin=$(command -v openssl)
-cp -L "$openssl_bin" "$context/rootfs/usr/local/bin/openssl"
-cp deploy/image/issue_certificate.sh "$context/rootfs/usr/local/bin/gasloc-issue-certificate"
-chmod 755 "$context/rootfs/usr/local/bin/gasloc-issue-certificate"
-openssl_dir=$(openssl version -d | sed 's/^OPENSSLDIR: "\(.*\)"$/\1/')
-mkdir -p "$context/rootfs$openssl_dir"
-printf '%s\n' "# openssl req in the gasloc image: the subject comes from -subj." \
-  "[req]" "distinguished_name = req_distinguished_name" \
-  "[req_distinguished_name]" > "$context/rootfs$openssl_dir/openssl.cnf"
-
 # Their shared-library closure: ldd resolves it transitively. Libraries go
 # to /usr/lib/x86_64-linux-gnu, a directory the loader searches without a
 # cache; the loader goes where the binaries' PT_INTERP names it.
-libs=$(ldd "${binaries[@]/#/$build/server/}" /bin/dash "$openssl_bin" |
+libs=$(ldd "${binaries[@]/#/$build/server/}" /bin/dash |
        awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// && $1 !~ /:$/ {print $1}' | sort -u)
 interp=""
 for lib in $libs; do
@@ -121,20 +105,6 @@ if [ "$(id -u)" -eq 0 ]; then
     OMP_WAIT_POLICY=PASSIVE chroot "$context/rootfs" "/usr/local/bin/$b" --version > /dev/null ||
       { echo "build_image: $b does not start inside the image's root filesystem" >&2; exit 1; }
   done
-  # A certificate issued inside it, as a pod's init container does, from a
-  # throw-away CA, with the /dev/null every container runtime provides
-  # (both removed before packaging).
-  smoke="$context/rootfs/tmp/smoke"
-  mkdir -p "$smoke/ca" "$smoke/out" "$context/rootfs/dev"
-  mknod -m 666 "$context/rootfs/dev/null" c 1 3
-  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
-    -days 1 -subj "/CN=build_image smoke CA" -keyout "$smoke/ca/ca.key" \
-    -out "$smoke/ca/ca.pem" -addext "basicConstraints=critical,CA:TRUE" \
-    -addext "keyUsage=critical,keyCertSign" 2> /dev/null
-  chroot "$context/rootfs" /usr/local/bin/gasloc-issue-certificate \
-      /tmp/smoke/ca /tmp/smoke/out worker worker:smoke IP:127.0.0.1 > /dev/null ||
-    { echo "build_image: gasloc-issue-certificate fails inside the image's root filesystem" >&2; exit 1; }
-  rm -rf "$smoke" "$context/rootfs/dev"
 fi
 
 old_id=$(buildah images --quiet --noheading "$tag" 2>/dev/null | head -1 || true)

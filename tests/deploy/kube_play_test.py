@@ -7,12 +7,8 @@ skips where it cannot run. The scenario:
 
   0. the image alone: its default command, user, HEALTHCHECK and SIGTERM;
   1. the coordinator (its Deployment and the volume claim for its SQLite
-     file) and two workers come up under mutual TLS, each pod with a key
-     and certificate its init container made from the CA Secret; their
-     probes (gasloc-healthcheck through grpc.health.v1, with the pod's
-     certificate) pass; no two workers share a certificate, no worker
-     container sees the CA's key, and the coordinator binds each worker id
-     to its pod's name;
+     file) and two workers come up; their probes (gasloc-healthcheck through
+     grpc.health.v1) pass;
   2. a small job starts (min_workers 2) and runs;
   3. a third worker is scaled in mid-run: it joins at a round boundary
      ("joined N" in the job's MEMBERSHIP events) and trains;
@@ -20,8 +16,8 @@ skips where it cannot run. The scenario:
      the events, state LEFT) and exits 0;
   5. the job ends FINISHED (its wall-time limit) with the remaining two;
   6. its model is exported through the coordinator (`gaslocctl job
-     export --average`), which fetches it from the members with its
-     own certificate (CN coordinator).
+     export --average`), which fetches it from the members with the
+     coordinator token.
 
 What this test changes in the manifest, each for a limit of podman 4.3 (the
 rest is played as written):
@@ -39,13 +35,8 @@ rest is played as written):
     image the locally built tag, and the CPU request one core (two cores on
     this machine kind), so the worker runs --threads=1 through
     GASLOC_THREADS = requests.cpu;
-  - the Secret gasloc-ca (a CA the test makes) becomes a hostPath per pod
-    holding only the keys its volume's `items` project, as Kubernetes
-    would; POD_NAME, like POD_IP, is set to the pod's name;
-  - init containers are of podman's type "always" (an annotation): podman
-    4.3 fails to remove a "once" init container it still sees running;
-  - each pod's emptyDir volumes get names of their own: podman 4.3 makes
-    an emptyDir a named volume that every pod using the name shares.
+  - the Secret gasloc-tokens becomes a hostPath per pod holding only the
+    keys its volume's `items` project, as Kubernetes would.
 Scaling out is `podman pod stop` (SIGTERM, grace period), as a Deployment
 scale-down deletes a pod.
 """
@@ -70,11 +61,8 @@ IMAGE = os.environ.get("GASLOC_IMAGE", "localhost/gasloc:test")
 CORPUS = "/usr/share/common-licenses"
 NETWORK = f"gasloc-kube-{os.getpid()}"
 COORDINATOR_CTR = "gasloc-coordinator-pod-0-coordinator"
-# The operator's certificate that the coordinator pod's init container
-# makes (mutual TLS, the manifest's gasloc-ca Secret).
-OPERATOR_TLS = ["--tls_ca=/etc/gasloc/tls/ca.pem",
-                "--tls_cert=/etc/gasloc/tls/operator.pem",
-                "--tls_key=/etc/gasloc/tls/operator.key"]
+# The manifest's Secret gasloc-tokens, mounted at /etc/gasloc/tokens.
+OPERATOR_TOKEN = "--token_file=/etc/gasloc/tokens/operator"
 WALL_SECONDS = 40
 START = time.monotonic()
 
@@ -95,7 +83,7 @@ def podman(*args, check=True, timeout=120, input_text=None):
 def ctl(*args, input_text=None):
     """gaslocctl inside the coordinator's container (the image's CLI)."""
     run = podman("exec", "-i", COORDINATOR_CTR, "gaslocctl",
-                 "--coordinator=127.0.0.1:7070", *OPERATOR_TLS, "--output=json", *args,
+                 "--coordinator=127.0.0.1:7070", OPERATOR_TOKEN, "--output=json", *args,
                  input_text=input_text)
     return json.loads(run.stdout)
 
@@ -122,24 +110,8 @@ class Cluster:
         self.net = ipaddress.ip_network(subnet)
         self.coordinator_ip = str(self.net[10])
         self.worker_pods = []
-        # The Secret gasloc-ca (which the manifest leaves to the operator):
-        # a fresh CA, made as the manifest's comment says.
-        self.ca = os.path.join(workdir, "ca")
-        os.makedirs(self.ca)
-        subprocess.run(
-            ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
-             "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1",
-             "-subj", "/CN=kube_play_test CA",
-             "-keyout", os.path.join(self.ca, "ca.key"),
-             "-out", os.path.join(self.ca, "ca.pem"),
-             "-addext", "basicConstraints=critical,CA:TRUE",
-             "-addext", "keyUsage=critical,keyCertSign"],
-            check=True, capture_output=True)
-        os.chmod(self.ca, 0o755)
-        for name in ("ca.key", "ca.pem"):
-            os.chmod(os.path.join(self.ca, name), 0o644)
-        self.secrets = {"gasloc-ca": self.ca}
-        # Token files for the image alone (its default command).
+        # The Secret gasloc-tokens (which the manifest leaves to the
+        # operator): fresh random tokens in a folder the pods mount instead.
         self.tokens = os.path.join(workdir, "tokens")
         os.makedirs(self.tokens)
         os.chmod(workdir, 0o755)
@@ -150,50 +122,26 @@ class Cluster:
                 f.write(os.urandom(32).hex() + "\n")
             os.chmod(path, 0o644)
 
-    @staticmethod
-    def keep_init_containers(deployment):
-        """podman 4.3 removes a "once" init container as soon as it exits and
-        sometimes finds it still running ("cannot remove container ... as
-        it is running"): keep them ("always", podman's annotation)."""
-        for metadata in (deployment["metadata"],
-                         deployment["spec"]["template"]["metadata"]):
-            annotations = metadata.setdefault("annotations", {})
-            annotations["io.podman.annotations.init.container.type"] = "always"
-
-    @staticmethod
-    def private_empty_dirs(pod, name):
-        """podman 4.3 plays an emptyDir as a named volume under the volume's
-        name, which every pod using that name shares: give each pod's its
-        own name, as each Kubernetes pod has its own emptyDir."""
-        renamed = {}
-        for v in pod["volumes"]:
-            if "emptyDir" in v:
-                renamed[v["name"]] = f"{v['name']}-{name}"
-                v["name"] = renamed[v["name"]]
-        for c in pod.get("initContainers", []) + pod["containers"]:
-            for m in c.get("volumeMounts", []):
-                m["name"] = renamed.get(m["name"], m["name"])
-
-    def mount_secrets(self, pod, name):
-        """Replaces each secret volume with a hostPath holding what
+    def mount_tokens(self, pod, name):
+        """Replaces the secret volume `tokens` with a hostPath holding what
         Kubernetes would project from the Secret: only the keys its `items`
         list, under their paths (all of them without `items`)."""
         for v in pod["volumes"]:
-            if "secret" in v:
+            if v["name"] == "tokens":
                 secret = v["secret"]
-                source = self.secrets[secret["secretName"]]
+                assert secret["secretName"] == "gasloc-tokens", v
                 items = secret.get("items") or [
-                    {"key": k, "path": k} for k in os.listdir(source)]
-                folder = os.path.join(self.workdir, f"{v['name']}-{name}")
+                    {"key": k, "path": k} for k in os.listdir(self.tokens)]
+                folder = os.path.join(self.workdir, f"tokens-{name}")
                 os.makedirs(folder)
                 os.chmod(folder, 0o755)
                 for item in items:
                     target = os.path.join(folder, item["path"])
-                    shutil.copyfile(os.path.join(source, item["key"]), target)
+                    shutil.copyfile(os.path.join(self.tokens, item["key"]),
+                                    target)
                     os.chmod(target, 0o644)
-                volume = v["name"]
                 v.clear()
-                v.update({"name": volume,
+                v.update({"name": "tokens",
                           "hostPath": {"path": folder, "type": "Directory"}})
 
     def play(self, name, docs, ip):
@@ -208,11 +156,7 @@ class Cluster:
         container = deployment["spec"]["template"]["spec"]["containers"][0]
         container["image"] = IMAGE
         container.pop("ports", None)
-        pod = deployment["spec"]["template"]["spec"]
-        self.keep_init_containers(deployment)
-        self.private_empty_dirs(pod, "coordinator")
-        self.mount_secrets(pod, "coordinator")
-        pod["initContainers"][0]["image"] = IMAGE
+        self.mount_tokens(deployment["spec"]["template"]["spec"], "coordinator")
         self.play("coordinator", [claim, deployment], self.coordinator_ip)
 
     def scale_workers_to(self, n):
@@ -232,25 +176,18 @@ class Cluster:
                     v.clear()
                     v.update({"name": "corpus",
                               "hostPath": {"path": CORPUS, "type": "Directory"}})
-            self.keep_init_containers(d)
-            self.private_empty_dirs(pod, f"worker-{i}")
-            self.mount_secrets(pod, f"worker-{i}")
-            pod_name = f"gasloc-worker-{i}-pod-0"
-            for c in pod["initContainers"] + pod["containers"]:
-                c["image"] = IMAGE
-                c.pop("ports", None)
-                for e in c["env"]:
-                    if e["name"] == "POD_IP":
-                        e.pop("valueFrom")
-                        e["value"] = ip
-                    elif e["name"] == "POD_NAME":
-                        e.pop("valueFrom")
-                        e["value"] = pod_name
+            self.mount_tokens(pod, f"worker-{i}")
             c = pod["containers"][0]
+            c["image"] = IMAGE
+            c.pop("ports", None)
+            for e in c["env"]:
+                if e["name"] == "POD_IP":
+                    e.pop("valueFrom")
+                    e["value"] = ip
             c["resources"]["requests"]["cpu"] = "1"
             c["resources"]["limits"]["cpu"] = "1"
             self.play(f"worker-{i}", [d], ip)
-            self.worker_pods.append((pod_name, ip))
+            self.worker_pods.append((f"gasloc-worker-{i}-pod-0", ip))
             log(f"worker replica {i} played at {ip}")
 
     def healthy(self, container):
@@ -262,8 +199,6 @@ class Cluster:
             podman("pod", "stop", "-t", "20", *pods, check=False)
             podman("pod", "rm", "-f", *pods, check=False)
         podman("volume", "rm", "-f", "gasloc-coordinator-state", check=False)
-        # The pods' emptyDir volumes (keys and certificates among them).
-        podman("volume", "prune", "-f", check=False)
         podman("network", "rm", "-f", NETWORK, check=False)
 
 
@@ -276,7 +211,7 @@ class Watch(threading.Thread):
         self.events = []
         self.process = subprocess.Popen(
             ["podman", "exec", COORDINATOR_CTR, "gaslocctl",
-             "--coordinator=127.0.0.1:7070", *OPERATOR_TLS, "--output=json", "job", "watch",
+             "--coordinator=127.0.0.1:7070", OPERATOR_TOKEN, "--output=json", "job", "watch",
              str(job_id)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             text=True)
         self.start()
@@ -335,30 +270,6 @@ def image_alone(tokens):
     log("image alone: healthy, user gasloc, SIGTERM exits 0")
 
 
-def own_certificate(pod, ip, registered):
-    """Checks that the worker in `pod` runs with a certificate of its own
-    (CN worker:<pod name>, valid for its pod IP), that its container has
-    no CA key, and that the coordinator bound its id to that name; returns
-    the certificate's SHA-256 fingerprint."""
-    ctr = pod + "-worker"
-
-    def read():
-        run = podman("exec", ctr, "openssl", "x509", "-in",
-                     "/etc/gasloc/tls/worker.pem", "-noout", "-subject",
-                     "-fingerprint", "-sha256", "-ext", "subjectAltName",
-                     check=False)
-        return run.returncode == 0 and run.stdout
-    text = wait_for(f"{ctr}'s certificate to be readable", read, 10)
-    assert f"CN = worker:{pod}" in text, text
-    assert f"IP Address:{ip}" in text, text
-    no_ca_key = podman("exec", ctr, "/bin/sh", "-c",
-                       "[ ! -e /etc/gasloc/ca/ca.key ]", check=False)
-    assert no_ca_key.returncode == 0, f"{ctr} can see the CA's key"
-    identity = registered["info"].get("identity")
-    assert identity == pod, f"the worker at {ip} registered as {identity!r}"
-    return next(line for line in text.splitlines() if "Fingerprint" in line)
-
-
 def scenario(cluster):
     image_alone(cluster.tokens)
     cluster.start_coordinator()
@@ -381,9 +292,6 @@ def scenario(cluster):
         args = podman("top", pod + "-worker", "args").stdout
         assert f"--advertise={ip}:7071" in args and "--threads=1 " in args + " ", args
     log(f"2 workers registered: {sorted(workers)} (advertised = pod IPs)")
-    fingerprints = {pod: own_certificate(pod, ip, workers[ip])
-                    for pod, ip in cluster.worker_pods}
-    log("each worker has a certificate of its own, bound to its pod's name")
 
     job = ctl("job", "start", "-", input_text=json.dumps(job_spec()))
     job_id = int(job["job_id"])
@@ -410,12 +318,7 @@ def scenario(cluster):
         return (int(progress.get("job_id", 0)) == job_id and
                 int(progress.get("total_inner_steps", 0)) > 0)
     wait_for("the third worker to train", third_trained, 60)
-    fingerprints[cluster.worker_pods[2][0]] = own_certificate(
-        *cluster.worker_pods[2], third)
-    assert len(set(fingerprints.values())) == 3, \
-        f"workers share a certificate: {fingerprints}"
-    log(f"worker {third_id} joined (fetching the model from a member over "
-        "mutual TLS) and trains")
+    log(f"worker {third_id} joined and trains")
 
     # Scale out: the first worker gets SIGTERM, leaves, exits 0.
     first_pod, first_ip = cluster.worker_pods[0]
@@ -424,10 +327,8 @@ def scenario(cluster):
     code = podman("inspect", first_pod + "-worker", "--format",
                   "{{.State.ExitCode}}").stdout.strip()
     assert code == "0", f"the scaled-out worker exited with {code}"
-    # LEFT, not DEAD: it said goodbye (a lease expiry would take 10 s).
-    wait_for("the scaled-out worker to be LEFT",
-             lambda: workers_by_ip(include_gone=True)[first_ip]["state"]
-             == "WORKER_STATE_LEFT", 8)
+    gone = workers_by_ip(include_gone=True)[first_ip]
+    assert gone["state"] == "WORKER_STATE_LEFT", f"scaled-out worker: {gone['state']}"
     wait_for(f"'left {first_id}' in the job's events",
              lambda: any(f"left {first_id}" in d
                          for d in watch.descriptions("JOB_EVENT_KIND_MEMBERSHIP")),
@@ -454,7 +355,8 @@ def scenario(cluster):
         f"workers {members}")
 
     # The trained model leaves through the coordinator, which fetches it
-    # from the members with its own certificate (CN coordinator).
+    # from the members with the coordinator token: both ends read that key
+    # of the Secret as the manifest projects it.
     out = f"/var/lib/gasloc/export-{job_id}"
     exported = ctl("job", "export", str(job_id), f"--out={out}", "--average")
     assert exported["out"] == out and exported["bytes"] > 0, exported
@@ -487,7 +389,6 @@ def main():
     for pod in podman("pod", "ps", "--format", "{{.Name}}").stdout.split():
         podman("pod", "rm", "-f", pod, check=False)
     podman("volume", "rm", "-f", "gasloc-coordinator-state", check=False)
-    podman("volume", "prune", "-f", check=False)
     cluster = Cluster(workdir)
     try:
         scenario(cluster)
