@@ -272,6 +272,14 @@ absl::StatusOr<v1::JobStatus> Coordinator::GetJob(uint64_t job_id) {
   return status;
 }
 
+absl::StatusOr<std::vector<uint64_t>> Coordinator::JobWorkerIds(
+    uint64_t job_id) {
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(const JobRec* job, FindJob(job_id));
+  const auto& ids = job->stored.status.worker_ids();
+  return std::vector<uint64_t>(ids.begin(), ids.end());
+}
+
 v1::ListJobsResponse Coordinator::ListJobs() {
   absl::MutexLock lock(&mu_);
   const absl::Time now = clock_->Now();

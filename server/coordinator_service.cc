@@ -2,6 +2,7 @@
 
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -275,22 +276,37 @@ std::optional<std::string> CoordinatorService::OwnerOf(uint64_t worker_id) {
 }
 
 void CoordinatorService::AddIdentities(v1::Assignment* assignment) {
-  auto fill = [&](v1::PeerAssignment* peer) {
-    if (peer->worker_id() != 0)
-      peer->set_identity(OwnerOf(peer->worker_id()).value_or(""));
-  };
-  for (v1::PeerAssignment& peer : *assignment->mutable_peers()) fill(&peer);
-  for (v1::PeerAssignment& peer : *assignment->mutable_ring_order())
-    fill(&peer);
-  if (assignment->has_model_source()) fill(assignment->mutable_model_source());
-  if (assignment->kind() != v1::ASSIGNMENT_KIND_ROUND) return;
-  auto job = coordinator_->GetJob(assignment->job_id());
-  if (!job.ok()) return;
-  for (uint64_t member : job->worker_ids()) {
-    v1::PeerAssignment* entry = assignment->add_members();
-    entry->set_worker_id(member);
-    entry->set_identity(OwnerOf(member).value_or(""));
+  if (assignment->kind() == v1::ASSIGNMENT_KIND_ROUND) {
+    auto members = coordinator_->JobWorkerIds(assignment->job_id());
+    if (members.ok())
+      for (uint64_t member : *members)
+        assignment->add_members()->set_worker_id(member);
   }
+  std::vector<v1::PeerAssignment*> entries;
+  for (v1::PeerAssignment& peer : *assignment->mutable_peers())
+    entries.push_back(&peer);
+  for (v1::PeerAssignment& peer : *assignment->mutable_ring_order())
+    entries.push_back(&peer);
+  if (assignment->has_model_source())
+    entries.push_back(assignment->mutable_model_source());
+  for (v1::PeerAssignment& member : *assignment->mutable_members())
+    entries.push_back(&member);
+  // One lock for the whole assignment (a round's members are every worker
+  // of the job); ids missing from the cache are looked up one by one.
+  std::vector<v1::PeerAssignment*> missing;
+  {
+    absl::MutexLock lock(&mu_);
+    for (v1::PeerAssignment* entry : entries) {
+      if (entry->worker_id() == 0) continue;
+      auto it = owners_.find(entry->worker_id());
+      if (it != owners_.end())
+        entry->set_identity(it->second);
+      else
+        missing.push_back(entry);
+    }
+  }
+  for (v1::PeerAssignment* entry : missing)
+    entry->set_identity(OwnerOf(entry->worker_id()).value_or(""));
 }
 
 grpc::Status CoordinatorService::Counted(absl::string_view method,
