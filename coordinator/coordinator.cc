@@ -272,12 +272,13 @@ absl::StatusOr<v1::JobStatus> Coordinator::GetJob(uint64_t job_id) {
   return status;
 }
 
-absl::StatusOr<std::vector<uint64_t>> Coordinator::JobWorkerIds(
+absl::StatusOr<Coordinator::JobMembers> Coordinator::GetJobMembers(
     uint64_t job_id) {
   absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(const JobRec* job, FindJob(job_id));
-  const auto& ids = job->stored.status.worker_ids();
-  return std::vector<uint64_t>(ids.begin(), ids.end());
+  const v1::JobStatus& st = job->stored.status;
+  return JobMembers{st.epoch(), {st.worker_ids().begin(),
+                                 st.worker_ids().end()}};
 }
 
 v1::ListJobsResponse Coordinator::ListJobs() {

@@ -142,10 +142,15 @@ class Coordinator {
 
   absl::StatusOr<v1::JobStatus> StartJob(const v1::JobSpec& spec);
   absl::StatusOr<v1::JobStatus> GetJob(uint64_t job_id);
-  // GetJob's worker_ids alone: the service adds every member's identity to
-  // every assignment, and GetJob's per-worker budgets (a formatted reason
-  // each) made that O(workers) strings per assignment, O(workers^2) a round.
-  absl::StatusOr<std::vector<uint64_t>> JobWorkerIds(uint64_t job_id);
+  // GetJob's epoch and worker_ids alone: the service adds the members'
+  // identities to assignments, and GetJob's per-worker budgets (a formatted
+  // reason each) made that O(workers) strings per assignment, O(workers^2)
+  // a round.
+  struct JobMembers {
+    uint64_t epoch = 0;
+    std::vector<uint64_t> worker_ids;
+  };
+  absl::StatusOr<JobMembers> GetJobMembers(uint64_t job_id);
   v1::ListJobsResponse ListJobs();
   absl::StatusOr<v1::JobStatus> StopJob(uint64_t job_id,
                                         const std::string& reason);

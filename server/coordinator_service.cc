@@ -209,6 +209,7 @@ grpc::Status CoordinatorService::GetAssignment(
                  Unwrap(coordinator_->GetAssignment(*request, cancelled),
                         [&](auto a) {
                           *response = std::move(a);
+                          AddMembers(*request, response);
                           AddIdentities(response);
                         }));
 }
@@ -275,13 +276,20 @@ std::optional<std::string> CoordinatorService::OwnerOf(uint64_t worker_id) {
   return found;
 }
 
+void CoordinatorService::AddMembers(const v1::GetAssignmentRequest& request,
+                                    v1::Assignment* assignment) {
+  if (assignment->kind() != v1::ASSIGNMENT_KIND_ROUND) return;
+  auto members = coordinator_->GetJobMembers(assignment->job_id());
+  if (!members.ok()) return;
+  assignment->set_members_epoch(members->epoch);
+  if (request.members_job_id() == assignment->job_id() &&
+      request.members_epoch() == members->epoch)
+    return;  // the caller holds this list
+  for (uint64_t member : members->worker_ids)
+    assignment->add_members()->set_worker_id(member);
+}
+
 void CoordinatorService::AddIdentities(v1::Assignment* assignment) {
-  if (assignment->kind() == v1::ASSIGNMENT_KIND_ROUND) {
-    auto members = coordinator_->JobWorkerIds(assignment->job_id());
-    if (members.ok())
-      for (uint64_t member : *members)
-        assignment->add_members()->set_worker_id(member);
-  }
   std::vector<v1::PeerAssignment*> entries;
   for (v1::PeerAssignment& peer : *assignment->mutable_peers())
     entries.push_back(&peer);

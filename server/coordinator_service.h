@@ -125,6 +125,11 @@ class CoordinatorService final : public v1::Coordinator::Service {
   // The identity worker_id registered with; nullopt when the coordinator
   // does not know the id.
   std::optional<std::string> OwnerOf(uint64_t worker_id);
+  // Lists the job's members in a round assignment unless `request` says
+  // the caller holds the job's current list (GetAssignmentRequest
+  // .members_epoch), and sets Assignment.members_epoch.
+  void AddMembers(const v1::GetAssignmentRequest& request,
+                  v1::Assignment* assignment);
   // Fills in the identity of every peer, ring member, model source and job
   // member of `assignment`.
   void AddIdentities(v1::Assignment* assignment);

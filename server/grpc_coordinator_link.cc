@@ -73,8 +73,10 @@ absl::StatusOr<v1::Assignment> GrpcCoordinatorLink::GetAssignment(
     if (cancelled_) return absl::CancelledError("worker is shutting down");
     waits_.insert(&context);
   }
+  v1::GetAssignmentRequest sent = request;
+  if (roster_ != nullptr) roster_->SayMembersHeld(sent);
   v1::Assignment response;
-  grpc::Status status = stub_->GetAssignment(&context, request, &response);
+  grpc::Status status = stub_->GetAssignment(&context, sent, &response);
   {
     absl::MutexLock lock(&mu_);
     waits_.erase(&context);

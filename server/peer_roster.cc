@@ -24,6 +24,16 @@ void PeerRoster::Learn(const v1::Assignment& assignment) {
   for (const v1::PeerAssignment& peer : assignment.ring_order()) LearnOne(peer);
   for (const v1::PeerAssignment& peer : assignment.members()) LearnOne(peer);
   if (assignment.has_model_source()) LearnOne(assignment.model_source());
+  if (assignment.members_size() > 0) {
+    members_job_id_ = assignment.job_id();
+    members_epoch_ = assignment.members_epoch();
+  }
+}
+
+void PeerRoster::SayMembersHeld(v1::GetAssignmentRequest& request) {
+  absl::MutexLock lock(&mu_);
+  request.set_members_job_id(members_job_id_);
+  request.set_members_epoch(members_epoch_);
 }
 
 std::optional<std::string> PeerRoster::IdentityOf(uint64_t worker_id,

@@ -9,6 +9,9 @@
 // Worker ids are never reused by a coordinator, so what was learnt stays
 // true; a chunk may arrive before this worker's own assignment names its
 // sender, hence IdentityOf waits (up to a deadline) for the id to appear.
+// It also remembers which job's member list (and of which membership
+// epoch) it holds, so that later requests can say so and the coordinator
+// leaves the unchanged list out (GetAssignmentRequest.members_epoch).
 //
 // Thread safety: all methods may be called from any thread.
 #ifndef GASLOC_SERVER_PEER_ROSTER_H_
@@ -28,8 +31,12 @@ namespace gasloc {
 
 class PeerRoster {
  public:
-  // Records the identities `assignment` names.
+  // Records the identities `assignment` names, and its member list's job
+  // and epoch when it carries the list.
   void Learn(const v1::Assignment& assignment);
+  // Sets request.members_job_id and members_epoch to the list held (both 0
+  // when none was learnt yet).
+  void SayMembersHeld(v1::GetAssignmentRequest& request);
   // The identity of `worker_id` once known; nullopt if it is still unknown
   // at `deadline`.
   std::optional<std::string> IdentityOf(uint64_t worker_id,
@@ -41,6 +48,8 @@ class PeerRoster {
 
   absl::Mutex mu_;
   absl::flat_hash_map<uint64_t, std::string> identities_ ABSL_GUARDED_BY(mu_);
+  uint64_t members_job_id_ ABSL_GUARDED_BY(mu_) = 0;  // 0 = no list held
+  uint64_t members_epoch_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace gasloc

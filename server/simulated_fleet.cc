@@ -135,6 +135,10 @@ class Fleet {
     uint64_t round = 0;
     uint64_t total_steps = 0;
     std::vector<uint64_t> peers;  // of the round in progress
+    // The member list held, as a worker's PeerRoster says it
+    // (GetAssignmentRequest.members_epoch); job 0 = none.
+    uint64_t members_job = 0;
+    uint64_t members_epoch = 0;
   };
 
   template <typename Request, typename Response>
@@ -263,6 +267,8 @@ void Fleet::Register(int slot) {
             w.id = call->response.worker_id();
             w.job = 0;
             w.after_round = -1;
+            w.members_job = 0;  // a new worker process: an empty roster
+            w.members_epoch = 0;
             generation = w.generation;
             ++joins_;
             if (call->response.lease_ms() > 0)
@@ -329,6 +335,8 @@ void Fleet::Poll(int slot, uint64_t generation) {
     call->request.set_job_id(w.job);
     call->request.set_after_round(w.after_round);
     call->request.set_wait_ms(options_.wait_ms);
+    call->request.set_members_job_id(w.members_job);
+    call->request.set_members_epoch(w.members_epoch);
     polls_.insert(&call->context);
     Start();
   }
@@ -378,6 +386,10 @@ void Fleet::Poll(int slot, uint64_t generation) {
             highest_round_ = std::max<uint64_t>(highest_round_, a.round());
             w.job = a.job_id();
             w.round = a.round();
+            if (a.members_size() > 0) {
+              w.members_job = a.job_id();
+              w.members_epoch = a.members_epoch();
+            }
             w.peers.clear();
             for (const auto& p : a.peers()) w.peers.push_back(p.worker_id());
             for (const auto& p : a.ring_order())

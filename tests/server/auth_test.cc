@@ -444,6 +444,74 @@ TEST_F(MutualTlsTest, WorkerCertificateActsOnlyForItsOwnWorkerIds) {
   EXPECT_EQ(workers.workers(0).info().identity(), "worker1");
 }
 
+// Every round assignment says which membership epoch its member list is
+// of; a worker that says it holds that list gets the assignment without it
+// (with 1,000 workers, building the list for every assignment was most of
+// the coordinator's time), and with its identities otherwise.
+TEST_F(MutualTlsTest, AnAssignmentLeavesOutTheMemberListTheCallerHolds) {
+  std::map<std::string, uint64_t> ids;
+  for (const std::string who : {"worker1", "worker2"}) {
+    v1::RegisterWorkerRequest request;
+    request.mutable_info()->set_address("127.0.0.1:9001");
+    request.mutable_info()->set_cores(1);
+    v1::RegisterWorkerResponse registered;
+    ASSERT_TRUE(Stub(who)
+                    ->RegisterWorker(Context().get(), request, &registered)
+                    .ok());
+    ids[who] = registered.worker_id();
+  }
+  v1::StartJobRequest start;
+  v1::JobSpec& spec = *start.mutable_spec();
+  spec.set_name("members-job");
+  spec.mutable_data()->set_corpus_path("/data/corpus.txt");
+  spec.mutable_stop()->set_max_rounds(10);
+  spec.set_min_workers(2);
+  spec.mutable_model()->set_layers(2);
+  spec.mutable_model()->set_d_model(16);
+  spec.mutable_model()->set_heads(1);
+  spec.mutable_model()->set_context(16);
+  spec.mutable_outer()->set_local_steps(10);
+  v1::StartJobResponse started;
+  grpc::Status status =
+      Stub("operator")->StartJob(Context().get(), start, &started);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+
+  v1::GetAssignmentRequest ask;
+  ask.set_worker_id(ids["worker1"]);
+  ask.set_after_round(-1);
+  ask.set_wait_ms(2000);
+  v1::Assignment first;
+  status = Stub("worker1")->GetAssignment(Context().get(), ask, &first);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_EQ(first.kind(), v1::ASSIGNMENT_KIND_ROUND);
+  std::map<uint64_t, std::string> members;
+  for (const v1::PeerAssignment& m : first.members())
+    members[m.worker_id()] = m.identity();
+  EXPECT_EQ(members, (std::map<uint64_t, std::string>{
+                         {ids["worker1"], "worker1"},
+                         {ids["worker2"], "worker2"}}));
+
+  // Saying it holds this job's list of another epoch gets the list again;
+  // saying it holds the current one leaves it out.
+  ask.set_job_id(first.job_id());
+  ask.set_after_round(static_cast<int64_t>(first.round()));
+  ask.set_members_job_id(first.job_id());
+  ask.set_members_epoch(first.members_epoch() + 1);
+  v1::Assignment again;
+  status = Stub("worker1")->GetAssignment(Context().get(), ask, &again);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_EQ(again.kind(), v1::ASSIGNMENT_KIND_ROUND);
+  EXPECT_EQ(again.members_size(), 2);
+  ask.set_members_epoch(first.members_epoch());
+  v1::Assignment held;
+  status = Stub("worker1")->GetAssignment(Context().get(), ask, &held);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_EQ(held.kind(), v1::ASSIGNMENT_KIND_ROUND);
+  EXPECT_EQ(held.round(), again.round());
+  EXPECT_EQ(held.members_size(), 0);
+  EXPECT_EQ(held.members_epoch(), first.members_epoch());
+}
+
 constexpr size_t kArena = 20000;
 
 // Worker 2's Peer service with named peer tokens; the roster says worker
