@@ -24,6 +24,9 @@ Coordinator::Coordinator(CoordinatorOptions options,
     : options_(options),
       clock_(clock),
       store_(std::move(store)),
+      group_sync_([this] {
+        return store_ == nullptr ? absl::OkStatus() : store_->SyncLog();
+      }),
       membership_(options.lease) {}
 
 Coordinator::~Coordinator() = default;
@@ -132,6 +135,7 @@ absl::Status Coordinator::Close(Transaction& txn, absl::Time now) {
   txn_ = nullptr;
   absl::Status committed = txn.Commit();
   if (!committed.ok()) RollBackMemory(now);
+  if (committed.ok() && wrote_) group_sync_.Committed();
   // Wake the waiters only when the call changed something they wait for
   // (every such change is written or is an event). A call that changed
   // nothing (an idle long-poll's check) must not wake the others: each
@@ -140,6 +144,7 @@ absl::Status Coordinator::Close(Transaction& txn, absl::Time now) {
   if (wrote_ || event_seq_ != event_seq_at_open_ || !committed.ok()) {
     ++changes_;
     changed_.SignalAll();
+    WakePollers();
   }
   return committed;
 }
@@ -223,10 +228,12 @@ absl::StatusOr<Coordinator::JobRec*> Coordinator::FindJob(uint64_t job_id) {
 
 absl::StatusOr<v1::JobStatus> Coordinator::StartJob(const v1::JobSpec& spec) {
   RETURN_IF_ERROR(ValidateJobSpec(spec));
-  absl::MutexLock lock(&mu_);
-  return Call([&](absl::Time now) -> absl::StatusOr<v1::JobStatus> {
-    RETURN_IF_ERROR(CheckJobFitsSomeWorker(spec));
-    return AddJob(spec, now);
+  return Durably([&]() -> absl::StatusOr<v1::JobStatus> {
+    absl::MutexLock lock(&mu_);
+    return Call([&](absl::Time now) -> absl::StatusOr<v1::JobStatus> {
+      RETURN_IF_ERROR(CheckJobFitsSomeWorker(spec));
+      return AddJob(spec, now);
+    });
   });
 }
 
@@ -295,18 +302,21 @@ absl::StatusOr<v1::JobStatus> Coordinator::StopJob(uint64_t job_id,
   v1::StopJobRequest bounded;
   bounded.set_reason(reason);
   RETURN_IF_ERROR(CheckRequestBounds(bounded));
-  absl::MutexLock lock(&mu_);
-  ASSIGN_OR_RETURN(JobRec * job, FindJob(job_id));
-  const v1::JobState state = job->stored.status.state();
-  if (IsEnded(state))
-    return absl::FailedPreconditionError(
-        absl::StrCat("job ", job_id, " is already ", v1::JobState_Name(state)));
-  return Call([&](absl::Time now) -> absl::StatusOr<v1::JobStatus> {
-    EndJob(*job, v1::JOB_STATE_STOPPED,
-           absl::StrCat("stopped: ", reason.empty() ? "StopJob" : reason),
-           now);
-    TickLocked(now);
-    return StatusOf(*job, now);
+  return Durably([&]() -> absl::StatusOr<v1::JobStatus> {
+    absl::MutexLock lock(&mu_);
+    ASSIGN_OR_RETURN(JobRec * job, FindJob(job_id));
+    const v1::JobState state = job->stored.status.state();
+    if (IsEnded(state))
+      return absl::FailedPreconditionError(
+          absl::StrCat("job ", job_id, " is already ",
+                       v1::JobState_Name(state)));
+    return Call([&](absl::Time now) -> absl::StatusOr<v1::JobStatus> {
+      EndJob(*job, v1::JOB_STATE_STOPPED,
+             absl::StrCat("stopped: ", reason.empty() ? "StopJob" : reason),
+             now);
+      TickLocked(now);
+      return StatusOf(*job, now);
+    });
   });
 }
 

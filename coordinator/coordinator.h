@@ -22,7 +22,10 @@
 // (transaction.h). If it fails to commit, the database is rolled back and
 // the in-memory state is rebuilt from it (the same Load as a restart,
 // keeping leases, heartbeats, progress and the events of committed calls),
-// so a failed call leaves no trace and its retry is applied.
+// so a failed call leaves no trace and its retry is applied. Commits are
+// made durable by group commit (group_sync.h): the calls that change
+// state or answer workers return only once every commit before them is on
+// disk, synced with the mutex released, one sync for many calls.
 //
 // Thread safety: every public method is thread-safe (one mutex guards all
 // state; SQLite writes happen under it, one transaction per call).
@@ -51,6 +54,7 @@
 #include "common/clock.h"
 #include "coordinator/budget.h"
 #include "coordinator/coordinator_metrics.h"
+#include "coordinator/group_sync.h"
 #include "coordinator/job_events.h"
 #include "coordinator/job_retention.h"
 #include "coordinator/membership.h"
@@ -286,6 +290,17 @@ class Coordinator {
   void Open(Transaction& txn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Close(Transaction& txn, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Runs `locked` (which takes mu_ for one call and returns a Status or
+  // StatusOr), then, with mu_ released, waits until every commit so far is
+  // durable: a reply never reports a change a power loss could still undo.
+  // A failed sync fails the call (UNAVAILABLE).
+  template <typename Locked>
+  auto Durably(Locked&& locked) ABSL_LOCKS_EXCLUDED(mu_) {
+    auto result = locked();
+    absl::Status durable = group_sync_.AwaitDurable();
+    if (!durable.ok()) return decltype(result)(std::move(durable));
+    return result;
+  }
   void RollBackMemory(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Tick in its own transaction, for the calls that only read: a failed
   // write is rolled back (memory too) and the read goes on.
@@ -398,6 +413,21 @@ class Coordinator {
                                uint64_t epoch, int64_t deadline_unix_ms);
 
   // ------------------------------ assignments (coordinator_assignments.cc)
+  // A GetAssignment long poll waiting for a change. WakePollers (on every
+  // call that changed something) wakes it, except an idle worker's poll
+  // while the worker is still idle: registrations and reports do not
+  // concern it, and waking every idle poll on every write made a burst of
+  // N registrations cost O(N^2) re-checks (docs/benchmarks.md,
+  // "Coordinator under simulated workers").
+  struct PollWaiter {
+    uint64_t worker_id = 0;
+    bool idle = false;    // in no job when the wait began
+    bool woken = false;   // set by WakePollers
+    absl::CondVar wake;
+  };
+  void WakePollers() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether `worker_id` is alive and in no job.
+  bool IdleNow(uint64_t worker_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The worker's assignment if one is due now; nullopt = wait.
   absl::StatusOr<std::optional<v1::Assignment>> TryAssign(
       const v1::GetAssignmentRequest& request, absl::Time now)
@@ -483,11 +513,17 @@ class Coordinator {
   const Clock* const clock_;
 
   mutable absl::Mutex mu_;
-  absl::CondVar changed_;  // signalled when a call wrote or added an event
+  // Signalled when a call wrote or added an event (job event watchers; the
+  // long polls have their own, pollers_).
+  absl::CondVar changed_;
+  // The GetAssignment long polls waiting now (coordinator_assignments.cc).
+  std::set<PollWaiter*> pollers_ ABSL_GUARDED_BY(mu_);
   // Signals of changed_ so far: a waiter tells a change from a spurious
   // wake-up (FakeClock's waits return every millisecond).
   uint64_t changes_ ABSL_GUARDED_BY(mu_) = 0;
-  std::unique_ptr<Store> store_ ABSL_GUARDED_BY(mu_);
+  // Set once by the constructor; the Store's SyncLog runs outside mu_.
+  const std::unique_ptr<Store> store_;
+  GroupSync group_sync_;
   // The transaction of the call in progress (null between calls) and the
   // event sequence number when it opened (what a rollback returns to).
   Transaction* txn_ ABSL_GUARDED_BY(mu_) = nullptr;

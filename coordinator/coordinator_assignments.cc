@@ -195,6 +195,21 @@ absl::StatusOr<std::optional<v1::Assignment>> Coordinator::TryAssign(
   return BuildAssignment(job, job.rounds.rbegin()->second, worker_id);
 }
 
+bool Coordinator::IdleNow(uint64_t worker_id) {
+  const WorkerRec* w = membership_.Find(worker_id);
+  return w != nullptr && w->stored.state == v1::WORKER_STATE_ALIVE &&
+         w->stored.job_id == 0;
+}
+
+void Coordinator::WakePollers() {
+  for (PollWaiter* waiter : pollers_) {
+    if (waiter->woken || (waiter->idle && IdleNow(waiter->worker_id)))
+      continue;
+    waiter->woken = true;
+    waiter->wake.Signal();
+  }
+}
+
 absl::StatusOr<v1::Assignment> Coordinator::GetAssignment(
     const v1::GetAssignmentRequest& request,
     const std::function<bool()>& cancelled) {
@@ -208,30 +223,37 @@ absl::StatusOr<v1::Assignment> Coordinator::GetAssignment(
                                   ? options_.default_wait
                                   : absl::Milliseconds(request.wait_ms());
   // Every wait is on the clock (tests drive it with a FakeClock).
-  absl::MutexLock lock(&mu_);
-  const absl::Time give_up = clock_->Now() + wait;
-  while (true) {
-    ASSIGN_OR_RETURN(std::optional<v1::Assignment> result,
-                     Call([&](absl::Time now) {
-                       TickLocked(now);
-                       return TryAssign(request, now);
-                     }));
-    if (result.has_value()) return std::move(*result);
-    if (clock_->Now() >= give_up || (cancelled && cancelled())) break;
-    // Wait for a change (a call that wrote or added an event), and at the
-    // latest kLongPollRecheck to re-check leases (and `cancelled`). A
-    // wake-up that is neither (a spurious one) runs no transaction.
-    const uint64_t seen = changes_;
-    const absl::Time recheck =
-        std::min(give_up, clock_->Now() + kLongPollRecheck);
-    while (changes_ == seen && clock_->Now() < recheck &&
-           !(cancelled && cancelled()))
-      clock_->WaitWithDeadline(&changed_, &mu_, recheck);
-  }
-  v1::Assignment none;
-  none.set_kind(v1::ASSIGNMENT_KIND_NONE);
-  none.set_job_id(request.job_id());
-  return none;
+  return Durably([&]() -> absl::StatusOr<v1::Assignment> {
+    absl::MutexLock lock(&mu_);
+    const absl::Time give_up = clock_->Now() + wait;
+    while (true) {
+      ASSIGN_OR_RETURN(std::optional<v1::Assignment> result,
+                       Call([&](absl::Time now) {
+                         TickLocked(now);
+                         return TryAssign(request, now);
+                       }));
+      if (result.has_value()) return std::move(*result);
+      if (clock_->Now() >= give_up || (cancelled && cancelled())) break;
+      // Wait for a change (a call that wrote or added an event; for an
+      // idle worker only its binding to a job, WakePollers), and at the
+      // latest kLongPollRecheck to re-check leases (and `cancelled`). A
+      // wake-up that is neither (a spurious one) runs no transaction.
+      PollWaiter waiter;
+      waiter.worker_id = request.worker_id();
+      waiter.idle = IdleNow(request.worker_id());
+      pollers_.insert(&waiter);
+      const absl::Time recheck =
+          std::min(give_up, clock_->Now() + kLongPollRecheck);
+      while (!waiter.woken && clock_->Now() < recheck &&
+             !(cancelled && cancelled()))
+        clock_->WaitWithDeadline(&waiter.wake, &mu_, recheck);
+      pollers_.erase(&waiter);
+    }
+    v1::Assignment none;
+    none.set_kind(v1::ASSIGNMENT_KIND_NONE);
+    none.set_job_id(request.job_id());
+    return none;
+  });
 }
 
 }  // namespace gasloc::coordinator

@@ -68,29 +68,32 @@ absl::StatusOr<v1::JobStatus> Coordinator::ResumeJob(
   v1::ResumeJobRequest bounded;
   bounded.set_reason(reason);
   RETURN_IF_ERROR(CheckRequestBounds(bounded));
-  absl::MutexLock lock(&mu_);
-  ASSIGN_OR_RETURN(JobRec * job, FindJob(job_id));
-  const v1::JobStatus& st = job->stored.status;
-  const v1::JobState state = st.state();
-  if (state == v1::JOB_STATE_FINISHED)
-    return absl::FailedPreconditionError(absl::StrCat(
-        "job ", job_id, " is FINISHED (", st.message(),
-        "): it reached its stop condition; start a new job to train further"));
-  if (state != v1::JOB_STATE_STOPPED && state != v1::JOB_STATE_FAILED)
-    return absl::FailedPreconditionError(
-        absl::StrCat("job ", job_id, " is ", v1::JobState_Name(state),
-                     ": only a STOPPED or FAILED job can be resumed"));
-  if (st.rounds_completed() > 0 && !st.has_checkpoint_set())
-    return absl::FailedPreconditionError(absl::StrCat(
-        "job ", job_id, " has completed ", st.rounds_completed(),
-        " round(s) but has no complete checkpoint set (every member's "
-        "checkpoint of one round; spec.checkpoint.directory '",
-        st.spec().checkpoint().directory(),
-        "'): its workers would start from initial weights; not resumed"));
-  return Call([&](absl::Time now) -> absl::StatusOr<v1::JobStatus> {
-    ResumeLocked(*job, reason, now);
-    TickLocked(now);
-    return StatusOf(*job, now);
+  return Durably([&]() -> absl::StatusOr<v1::JobStatus> {
+    absl::MutexLock lock(&mu_);
+    ASSIGN_OR_RETURN(JobRec * job, FindJob(job_id));
+    const v1::JobStatus& st = job->stored.status;
+    const v1::JobState state = st.state();
+    if (state == v1::JOB_STATE_FINISHED)
+      return absl::FailedPreconditionError(absl::StrCat(
+          "job ", job_id, " is FINISHED (", st.message(),
+          "): it reached its stop condition; start a new job to train "
+          "further"));
+    if (state != v1::JOB_STATE_STOPPED && state != v1::JOB_STATE_FAILED)
+      return absl::FailedPreconditionError(
+          absl::StrCat("job ", job_id, " is ", v1::JobState_Name(state),
+                       ": only a STOPPED or FAILED job can be resumed"));
+    if (st.rounds_completed() > 0 && !st.has_checkpoint_set())
+      return absl::FailedPreconditionError(absl::StrCat(
+          "job ", job_id, " has completed ", st.rounds_completed(),
+          " round(s) but has no complete checkpoint set (every member's "
+          "checkpoint of one round; spec.checkpoint.directory '",
+          st.spec().checkpoint().directory(),
+          "'): its workers would start from initial weights; not resumed"));
+    return Call([&](absl::Time now) -> absl::StatusOr<v1::JobStatus> {
+      ResumeLocked(*job, reason, now);
+      TickLocked(now);
+      return StatusOf(*job, now);
+    });
   });
 }
 

@@ -62,10 +62,12 @@ double RoundWallSeconds(const v1::ReportRoundRequest& request) {
 
 absl::Status Coordinator::ReportRound(const v1::ReportRoundRequest& request) {
   RETURN_IF_ERROR(CheckRequestBounds(request));
-  absl::MutexLock lock(&mu_);
-  return Call([&](absl::Time now) {
-    TickLocked(now);
-    return ApplyReport(request, now);
+  return Durably([&]() -> absl::Status {
+    absl::MutexLock lock(&mu_);
+    return Call([&](absl::Time now) {
+      TickLocked(now);
+      return ApplyReport(request, now);
+    });
   });
 }
 

@@ -161,8 +161,10 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
   if (info.cores() < 1 || info.cores() > 4096)
     return absl::InvalidArgumentError(
         absl::StrCat("info.cores must be in [1, 4096], got ", info.cores()));
-  absl::MutexLock lock(&mu_);
-  return Call([&](absl::Time now) { return RegisterLocked(info, now); });
+  return Durably([&]() -> absl::StatusOr<v1::RegisterWorkerResponse> {
+    absl::MutexLock lock(&mu_);
+    return Call([&](absl::Time now) { return RegisterLocked(info, now); });
+  });
 }
 
 absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterLocked(
@@ -184,10 +186,12 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterLocked(
 absl::StatusOr<v1::HeartbeatResponse> Coordinator::Heartbeat(
     const v1::HeartbeatRequest& request) {
   RETURN_IF_ERROR(CheckRequestBounds(request));
-  absl::MutexLock lock(&mu_);
-  return Call([&](absl::Time now) {
-    TickLocked(now);
-    return HeartbeatLocked(request, now);
+  return Durably([&]() -> absl::StatusOr<v1::HeartbeatResponse> {
+    absl::MutexLock lock(&mu_);
+    return Call([&](absl::Time now) {
+      TickLocked(now);
+      return HeartbeatLocked(request, now);
+    });
   });
 }
 
@@ -222,8 +226,10 @@ absl::StatusOr<v1::HeartbeatResponse> Coordinator::HeartbeatLocked(
 
 absl::Status Coordinator::LeaveWorker(const v1::LeaveWorkerRequest& request) {
   RETURN_IF_ERROR(CheckRequestBounds(request));
-  absl::MutexLock lock(&mu_);
-  return Call([&](absl::Time now) { return LeaveLocked(request, now); });
+  return Durably([&]() -> absl::Status {
+    absl::MutexLock lock(&mu_);
+    return Call([&](absl::Time now) { return LeaveLocked(request, now); });
+  });
 }
 
 absl::Status Coordinator::LeaveLocked(const v1::LeaveWorkerRequest& request,

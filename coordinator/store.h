@@ -12,6 +12,8 @@
 #ifndef GASLOC_COORDINATOR_STORE_H_
 #define GASLOC_COORDINATOR_STORE_H_
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -167,10 +169,16 @@ class Store {
   // Deletes the job with its members, epochs and rounds.
   absl::Status DeleteJob(uint64_t job_id);
 
-  // PRAGMA synchronous of this connection: 2 (FULL) for a file, so a
-  // commit is on disk when it returns and a power loss cannot drop it (a
-  // lost commit would hand out a worker or job id again).
+  // PRAGMA synchronous of this connection: 1 (NORMAL) for a file: a commit
+  // is in the WAL when it returns, on disk only after SyncLog.
   absl::StatusOr<int> SynchronousLevel();
+  // Makes every commit so far durable (fdatasync of the WAL file, and of
+  // its directory the first time a WAL file is seen), so a power loss
+  // cannot drop them (a lost commit would hand out a worker or job id
+  // again). OK at once for an in-memory database. May run on another
+  // thread while the connection is in use; not concurrently with itself
+  // (coordinator/group_sync.h calls it).
+  absl::Status SyncLog();
 
  private:
   struct SqlValue;  // a bound parameter (store.cc)
@@ -193,6 +201,7 @@ class Store {
   }
   sqlite3* db_;
   std::shared_ptr<StoreFaults> faults_;  // set once, by Open
+  ino_t synced_log_inode_ = 0;  // the WAL file SyncLog last synced (SyncLog's)
 };
 
 }  // namespace gasloc::coordinator

@@ -2,7 +2,7 @@
 // demand, answering each operation with a function the test gives.
 //
 // Thread safety: as the function given (the store calls it under the
-// coordinator's mutex).
+// coordinator's mutex, and for "SyncLog" on a replying call's thread).
 #ifndef GASLOC_TESTS_COORDINATOR_STORE_FAULTS_H_
 #define GASLOC_TESTS_COORDINATOR_STORE_FAULTS_H_
 
