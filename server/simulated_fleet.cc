@@ -7,7 +7,6 @@
 #include <memory>
 #include <random>
 #include <set>
-#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -16,6 +15,7 @@
 #include "common/clock.h"
 #include "common/json_string.h"
 #include "common/log.h"
+#include "common/timer_thread.h"
 #include "common/version.h"
 #include "gasloc/v1/coordinator.grpc.pb.h"
 #include "grpcpp/client_context.h"
@@ -59,56 +59,6 @@ LatencySummary Summarise(std::string name, std::vector<double> ms,
   s.max_ms = ms.back();
   return s;
 }
-
-// Runs callbacks at given times on one thread.
-class Timers {
- public:
-  Timers() : thread_([this] { Loop(); }) {}
-  ~Timers() {
-    {
-      absl::MutexLock lock(&mu_);
-      stopping_ = true;
-    }
-    thread_.join();
-  }
-  void At(absl::Time when, std::function<void()> fn) {
-    absl::MutexLock lock(&mu_);
-    queue_.emplace(when, std::move(fn));
-    ++added_;  // wakes the loop: this one may be due before its deadline
-  }
-
- private:
-  void Loop() {
-    while (true) {
-      std::function<void()> fn;
-      {
-        absl::MutexLock lock(&mu_);
-        while (!stopping_) {
-          if (!queue_.empty() && queue_.begin()->first <= clock_.Now()) break;
-          const absl::Time wake = queue_.empty()
-                                      ? absl::InfiniteFuture()
-                                      : queue_.begin()->first;
-          const uint64_t seen = added_;
-          auto woken = [this, seen]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-            return stopping_ || added_ != seen;
-          };
-          mu_.AwaitWithDeadline(absl::Condition(&woken), wake);
-        }
-        if (stopping_) return;
-        fn = std::move(queue_.begin()->second);
-        queue_.erase(queue_.begin());
-      }
-      fn();
-    }
-  }
-
-  const Clock& clock_ = RealClock::Get();
-  absl::Mutex mu_;
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  uint64_t added_ ABSL_GUARDED_BY(mu_) = 0;
-  std::multimap<absl::Time, std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
-  std::thread thread_;  // last: started once the members exist
-};
 
 class Fleet {
  public:
@@ -154,11 +104,17 @@ class Fleet {
     return stopping_;
   }
   // Records a finished call; true when it succeeded.
+  // Records a finished call: its latency when it succeeded (and `timed`),
+  // else its error. True when it succeeded.
   bool Record(Method method, absl::Time start, const grpc::Status& status) {
     const double ms = absl::ToDoubleMilliseconds(clock_.Now() - start);
     absl::MutexLock lock(&mu_);
+    return RecordLocked(method, ms, status);
+  }
+  bool RecordLocked(Method method, double ms, const grpc::Status& status,
+                    bool timed = true) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (status.ok()) {
-      latencies_[method].push_back(ms);
+      if (timed) latencies_[method].push_back(ms);
       return true;
     }
     // A cancel at the fleet's stop is not the coordinator's error.
@@ -169,6 +125,28 @@ class Fleet {
       first_error_[method] = absl::StrCat(status.error_code(), ": ",
                                           status.error_message());
     return false;
+  }
+  // Starts `call` through the stub's async `method` with a deadline
+  // `timeout` from now (and call->start now); `done` runs with its status
+  // on a gRPC thread, `call` alive until then.
+  template <typename Request, typename Response>
+  using AsyncMethod = void (v1::Coordinator::Stub::async::*)(
+      grpc::ClientContext*, const Request*, Response*,
+      std::function<void(grpc::Status)>);
+  template <typename Request, typename Response>
+  void Send(v1::Coordinator::Stub* stub,
+            AsyncMethod<Request, Response> method,
+            std::shared_ptr<Call<Request, Response>> call,
+            absl::Duration timeout,
+            std::function<void(grpc::Status)> done) {
+    call->start = clock_.Now();
+    call->context.set_deadline(absl::ToChronoTime(call->start + timeout));
+    Call<Request, Response>* raw = call.get();
+    (stub->async()->*method)(
+        &raw->context, &raw->request, &raw->response,
+        [call = std::move(call), done = std::move(done)](grpc::Status status) {
+          done(std::move(status));
+        });
   }
   void Register(int slot);
   void Heartbeat(int slot, uint64_t generation);
@@ -217,7 +195,10 @@ class Fleet {
   // (round 0: the job's start), and the deliveries timed from it.
   std::map<uint64_t, absl::Time> last_report_ ABSL_GUARDED_BY(mu_);
   absl::Time job_started_ ABSL_GUARDED_BY(mu_);
+  // Rounds >= 1 (steady state), and round 0 (every worker at once, from
+  // the job's start).
   std::vector<double> delivery_ms_ ABSL_GUARDED_BY(mu_);
+  std::vector<double> first_delivery_ms_ ABSL_GUARDED_BY(mu_);
   uint64_t empty_polls_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t highest_round_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t reports_ ABSL_GUARDED_BY(mu_) = 0;
@@ -225,7 +206,7 @@ class Fleet {
   uint64_t leaves_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t job_id_ = 0;
   // Last: destroyed first, so that no timer runs on a destroyed fleet.
-  Timers timers_;
+  TimerThread timers_;
 };
 
 void Fleet::Register(int slot) {
@@ -252,11 +233,8 @@ void Fleet::Register(int slot) {
     info->set_name(absl::StrCat("sim-", slot, "-", w.generation));
     Start();
   }
-  call->context.set_deadline(absl::ToChronoTime(clock_.Now() + kCallDeadline));
-  call->start = clock_.Now();
-  stub->async()->RegisterWorker(
-      &call->context, &call->request, &call->response,
-      [this, call, slot](grpc::Status status) {
+  Send(stub, &v1::Coordinator::Stub::async::RegisterWorker, call,
+       kCallDeadline, [this, call, slot](grpc::Status status) {
         const bool ok = Record(kRegister, call->start, status);
         uint64_t generation = 0;
         {
@@ -310,11 +288,8 @@ void Fleet::Heartbeat(int slot, uint64_t generation) {
                                : v1::WORKER_ACTIVITY_TRAINING);
     Start();
   }
-  call->context.set_deadline(absl::ToChronoTime(clock_.Now() + kCallDeadline));
-  call->start = clock_.Now();
-  stub->async()->Heartbeat(
-      &call->context, &call->request, &call->response,
-      [this, call, slot, generation](grpc::Status status) {
+  Send(stub, &v1::Coordinator::Stub::async::Heartbeat, call, kCallDeadline,
+       [this, call, slot, generation](grpc::Status status) {
         Record(kHeartbeat, call->start, status);
         Finish();
         timers_.At(clock_.Now() + HeartbeatEvery(),
@@ -340,12 +315,9 @@ void Fleet::Poll(int slot, uint64_t generation) {
     polls_.insert(&call->context);
     Start();
   }
-  call->context.set_deadline(absl::ToChronoTime(
-      clock_.Now() + absl::Milliseconds(options_.wait_ms) + kCallDeadline));
-  call->start = clock_.Now();
-  stub->async()->GetAssignment(
-      &call->context, &call->request, &call->response,
-      [this, call, slot, generation](grpc::Status status) {
+  Send(stub, &v1::Coordinator::Stub::async::GetAssignment, call,
+       absl::Milliseconds(options_.wait_ms) + kCallDeadline,
+       [this, call, slot, generation](grpc::Status status) {
         const absl::Time now = clock_.Now();
         const v1::Assignment& a = call->response;
         bool ok = status.ok();
@@ -355,21 +327,12 @@ void Fleet::Poll(int slot, uint64_t generation) {
           polls_.erase(&call->context);
           --outstanding_;
           Worker& w = workers_[slot];
-          if (!ok) {
-            if (!(stopping_ &&
-                  status.error_code() == grpc::StatusCode::CANCELLED)) {
-              ++errors_[kGetAssignment];
-              if (first_error_[kGetAssignment].empty())
-                first_error_[kGetAssignment] =
-                    absl::StrCat(status.error_code(), ": ",
-                                 status.error_message());
-            }
-          } else if (a.kind() == v1::ASSIGNMENT_KIND_NONE) {
-            ++empty_polls_;
-          } else {
-            latencies_[kGetAssignment].push_back(
-                absl::ToDoubleMilliseconds(now - call->start));
-          }
+          // An expired long poll (NONE) is counted, not timed.
+          const bool none = ok && a.kind() == v1::ASSIGNMENT_KIND_NONE;
+          RecordLocked(kGetAssignment,
+                       absl::ToDoubleMilliseconds(now - call->start), status,
+                       /*timed=*/!none);
+          if (none) ++empty_polls_;
           if (stopping_ || w.generation != generation) return;
           if (!ok) {
             next = [this, slot, generation] { Poll(slot, generation); };
@@ -380,9 +343,12 @@ void Fleet::Poll(int slot, uint64_t generation) {
                 a.round() == 0 || before == last_report_.end()
                     ? job_started_
                     : before->second;
-            if (a.round() == 0 || before != last_report_.end())
-              delivery_ms_.push_back(
-                  std::max(0.0, absl::ToDoubleMilliseconds(now - ready)));
+            const double delivery_ms =
+                std::max(0.0, absl::ToDoubleMilliseconds(now - ready));
+            if (a.round() == 0)
+              first_delivery_ms_.push_back(delivery_ms);
+            else if (before != last_report_.end())
+              delivery_ms_.push_back(delivery_ms);
             highest_round_ = std::max<uint64_t>(highest_round_, a.round());
             w.job = a.job_id();
             w.round = a.round();
@@ -457,11 +423,8 @@ void Fleet::Report(int slot, uint64_t generation, uint64_t job,
     r.set_round_seconds(seconds + kWireSeconds + 0.02);
     Start();
   }
-  call->context.set_deadline(absl::ToChronoTime(clock_.Now() + kCallDeadline));
-  call->start = clock_.Now();
-  stub->async()->ReportRound(
-      &call->context, &call->request, &call->response,
-      [this, call, slot, generation, round](grpc::Status status) {
+  Send(stub, &v1::Coordinator::Stub::async::ReportRound, call, kCallDeadline,
+       [this, call, slot, generation, round](grpc::Status status) {
         const bool ok = Record(kReportRound, call->start, status);
         {
           absl::MutexLock lock(&mu_);
@@ -497,11 +460,8 @@ void Fleet::Leave(int slot) {
     w.id = 0;
     Start();
   }
-  call->context.set_deadline(absl::ToChronoTime(clock_.Now() + kCallDeadline));
-  call->start = clock_.Now();
-  stub->async()->LeaveWorker(
-      &call->context, &call->request, &call->response,
-      [this, call, slot](grpc::Status status) {
+  Send(stub, &v1::Coordinator::Stub::async::LeaveWorker, call, kCallDeadline,
+       [this, call, slot](grpc::Status status) {
         if (Record(kLeave, call->start, status)) {
           absl::MutexLock lock(&mu_);
           ++leaves_;
@@ -682,6 +642,8 @@ FleetReport Fleet::Summary(const absl::StatusOr<v1::JobStatus>& job,
   }
   report.assignment_delivery =
       Summarise("assignment delivery", delivery_ms_, 0, "");
+  report.first_round_delivery =
+      Summarise("first round delivery", first_delivery_ms_, 0, "");
   report.empty_polls = empty_polls_;
   report.highest_round_assigned = highest_round_;
   report.reports = reports_;
@@ -745,6 +707,8 @@ std::string FleetReportJson(const FleetReport& report) {
   }
   out.append("], \"assignment_delivery\": ");
   AppendSummary(report.assignment_delivery, &out);
+  out.append(", \"first_round_delivery\": ");
+  AppendSummary(report.first_round_delivery, &out);
   absl::StrAppendFormat(
       &out,
       ", \"empty_polls\": %d, \"job_id\": %d, \"rounds_completed\": %d, "

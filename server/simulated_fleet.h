@@ -71,7 +71,12 @@ struct LatencySummary {
 
 struct FleetReport {
   std::vector<LatencySummary> rpcs;  // one per method called
+  // A round's assignment from the moment it could be planned (the last
+  // report of the round before) to the worker holding it, rounds >= 1: the
+  // steady state. Round 0 apart: every worker at once after the job
+  // started (a start-up burst).
   LatencySummary assignment_delivery;
+  LatencySummary first_round_delivery;
   uint64_t empty_polls = 0;  // long polls that expired with kind NONE
   uint64_t job_id = 0;
   uint64_t rounds_completed = 0;  // the job's, at the stop
