@@ -6,7 +6,11 @@
 # copy of the distribution's units (sysinit.target and the like). Any
 # output (an unknown directive, a missing executable) fails the test. Then
 # `systemd-analyze security --offline` rates the hardening section: an
-# exposure above 3.0 of 10 fails (the units score 1.5 and 1.8).
+# exposure above 3.0 of 10 fails (the units score 1.5 and 1.8). Last, the
+# coordinator's TasksMax must leave room for the fleet it is sized for: its
+# synchronous gRPC server holds a thread per waiting long poll, about one
+# per worker (993 threads at 1,000 simulated workers, docs/benchmarks.md),
+# and docs/operations.md sizes a coordinator for 1,000 to 2,000 workers.
 #   systemd_verify_test.sh SOURCE_DIR BUILD_DIR
 set -euo pipefail
 src="$1"
@@ -36,3 +40,10 @@ for unit in "${units[@]}"; do
   fi
   echo "$report" | tail -1
 done
+tasks="$(sed -n 's/^TasksMax=//p' "$src/deploy/systemd/gasloc-coordinator.service")"
+if ! [[ "$tasks" =~ ^[0-9]+$ ]] || [ "$tasks" -lt 4096 ]; then
+  echo "gasloc-coordinator.service: TasksMax=$tasks leaves no room for" \
+       "2,000 workers' long polls (a thread each): at least 4096"
+  exit 1
+fi
+echo "gasloc-coordinator.service: TasksMax=$tasks"
