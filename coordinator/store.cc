@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/log.h"
 #include "common/status_macros.h"
 
 namespace gasloc::coordinator {
@@ -279,9 +280,22 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(
   if (path != ":memory:") {
     // WAL: readers never block the writer. NORMAL: a commit is written to
     // the WAL without a sync; SyncLog makes the commits durable, once for
-    // many of them, before the coordinator replies (group_sync.h).
-    RETURN_IF_ERROR(store->Exec("PRAGMA journal_mode=WAL"));
-    RETURN_IF_ERROR(store->Exec("PRAGMA synchronous=NORMAL"));
+    // many of them, before the coordinator replies (group_sync.h). Where
+    // the file system cannot hold a WAL (SQLite keeps its rollback
+    // journal), FULL: each commit syncs itself and SyncLog has nothing to
+    // do.
+    Statement mode(db, "PRAGMA journal_mode=WAL");
+    if (!mode.Next())
+      return Annotate(mode.status().ok() ? SqlError(db, "journal_mode")
+                                         : mode.status(),
+                      path);
+    store->wal_ = mode.ColText(0) == "wal";
+    if (!store->wal_)
+      GASLOC_LOG(WARNING) << "database '" << path << "' cannot use a WAL "
+                          << "(journal mode " << mode.ColText(0)
+                          << "): every commit syncs itself, one at a time";
+    RETURN_IF_ERROR(store->Exec(store->wal_ ? "PRAGMA synchronous=NORMAL"
+                                            : "PRAGMA synchronous=FULL"));
   }
   RETURN_IF_ERROR(Annotate(store->Migrate(), path));
   // Faults apply to the calls after Open (the migrations run unharmed).
@@ -293,6 +307,7 @@ Store::~Store() { sqlite3_close(db_); }
 
 absl::Status Store::SyncLog() {
   RETURN_IF_ERROR(Injected("SyncLog"));
+  if (!wal_) return absl::OkStatus();  // in memory, or commits synced (FULL)
   const char* db_file = sqlite3_db_filename(db_, "main");
   if (db_file == nullptr || *db_file == '\0') return absl::OkStatus();
   const std::string wal = sqlite3_filename_wal(db_file);

@@ -169,8 +169,9 @@ class Store {
   // Deletes the job with its members, epochs and rounds.
   absl::Status DeleteJob(uint64_t job_id);
 
-  // PRAGMA synchronous of this connection: 1 (NORMAL) for a file: a commit
-  // is in the WAL when it returns, on disk only after SyncLog.
+  // PRAGMA synchronous of this connection: 1 (NORMAL) for a file in WAL
+  // mode: a commit is in the WAL when it returns, on disk only after
+  // SyncLog (2, FULL, where the file system cannot hold a WAL).
   absl::StatusOr<int> SynchronousLevel();
   // Makes every commit so far durable (fdatasync of the WAL file, and of
   // its directory the first time a WAL file is seen), so a power loss
@@ -201,6 +202,7 @@ class Store {
   }
   sqlite3* db_;
   std::shared_ptr<StoreFaults> faults_;  // set once, by Open
+  bool wal_ = false;  // a file in WAL mode: SyncLog syncs the WAL (Open's)
   ino_t synced_log_inode_ = 0;  // the WAL file SyncLog last synced (SyncLog's)
 };
 
