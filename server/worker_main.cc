@@ -13,6 +13,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
 #include "common/flags_setup.h"
 #include "common/log.h"
 #include "common/malloc_tuning.h"
@@ -297,6 +298,9 @@ int RunWorker() {
 }  // namespace gasloc
 
 int main(int argc, char** argv) {
+  // As the coordinator (coordinator_main.cc): Abseil's debug lock-order
+  // graph is for the tests, not the daemon.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   gasloc::BlockTerminationSignals();
   gasloc::ParseFlagsOrExit(
       argc, argv,
