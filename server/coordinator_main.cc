@@ -190,6 +190,9 @@ int main(int argc, char** argv) {
   gasloc::ServerOptions options;
   options.listen_address = absl::GetFlag(FLAGS_listen);
   options.credentials = credentials;
+  // A long poll per worker in flight: keep a pool of threads rather than
+  // one started and ended per call (server_runner.h).
+  options.max_idle_threads = 64;
   gasloc::ServerRunner runner(options);
   runner.AddService(&service);
   auto port = runner.Start();

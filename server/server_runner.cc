@@ -49,6 +49,10 @@ absl::StatusOr<int> ServerRunner::Start() {
   builder.AddListeningPort(options_.listen_address, credentials, &port_);
   builder.SetMaxReceiveMessageSize(options_.max_receive_message_bytes);
   if (options_.http2_bulk_tuning) ApplyBulkTransferArgs(builder);
+  if (options_.max_idle_threads > 0)
+    builder.SetSyncServerOption(
+        grpc::ServerBuilder::SyncServerOption::MAX_POLLERS,
+        options_.max_idle_threads);
   for (grpc::Service* service : services_) builder.RegisterService(service);
   server_ = builder.BuildAndStart();
   if (server_ == nullptr || port_ == 0)

@@ -38,6 +38,13 @@ struct ServerOptions {
   // gRPC's defaults, which measured as fast or faster once malloc was
   // tuned (docs/benchmarks.md; `gasloc-bench exchange --http2` compares).
   bool http2_bulk_tuning = false;
+  // Idle threads the synchronous server keeps per completion queue (gRPC's
+  // MAX_POLLERS); 0 = gRPC's default, 2. Beyond it a thread whose call
+  // finished exits and a later call starts a new one: a coordinator with
+  // a thousand long polls in flight churned threads (kernel time) until
+  // it kept 64 (docs/benchmarks.md, "Coordinator under simulated
+  // workers").
+  int max_idle_threads = 0;
 };
 
 // Blocks SIGTERM, SIGINT (and SIGPIPE, ignored) in the calling thread; call
