@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """ctest netns_harness_test: the namespace harness on a 4-worker cluster.
 
-1. One link 10x slower, 12 GASLoC rounds: the slow-link worker gets a
+1. One link 20x slower, 12 GASLoC rounds: the slow-link worker gets a
    smaller H than the others (mean over the rounds after the first two),
    no worker is at H_min in any of those rounds, and nothing named
    gl-<harness pid>- is left (namespace, link, cgroup, process).
