@@ -112,6 +112,15 @@ TEST(StoreTest, RoundTripsEveryTable) {
   EXPECT_TRUE((*store)->LoadRounds(3, 0)->empty());
 }
 
+// One transaction that writes worker 1.
+void CommitOneWorker(Store& store) {
+  ASSERT_TRUE(store.Begin().ok());
+  StoredWorker worker;
+  worker.worker_id = 1;
+  ASSERT_TRUE(store.PutWorker(worker).ok());
+  ASSERT_TRUE(store.Commit().ok());
+}
+
 // Durable commits by group commit: synchronous=NORMAL writes a commit to
 // the WAL without a sync, and SyncLog syncs the WAL (the coordinator calls
 // it before replying, coordinator/group_sync.h), so a power loss cannot
@@ -122,11 +131,7 @@ TEST(StoreTest, FileCommitsAreDurableAfterSyncLog) {
   auto level = (*store)->SynchronousLevel();
   ASSERT_TRUE(level.ok()) << level.status();
   EXPECT_EQ(*level, 1);  // NORMAL
-  ASSERT_TRUE((*store)->Begin().ok());
-  StoredWorker worker;
-  worker.worker_id = 1;
-  ASSERT_TRUE((*store)->PutWorker(worker).ok());
-  ASSERT_TRUE((*store)->Commit().ok());
+  CommitOneWorker(**store);
   EXPECT_TRUE((*store)->SyncLog().ok());
   EXPECT_TRUE((*store)->SyncLog().ok());  // again: nothing new, still OK
 
@@ -145,11 +150,7 @@ TEST(StoreTest, WithoutAWalEachCommitSyncsItself) {
   auto level = (*store)->SynchronousLevel();
   ASSERT_TRUE(level.ok()) << level.status();
   EXPECT_EQ(*level, 2);  // FULL
-  ASSERT_TRUE((*store)->Begin().ok());
-  StoredWorker worker;
-  worker.worker_id = 1;
-  ASSERT_TRUE((*store)->PutWorker(worker).ok());
-  ASSERT_TRUE((*store)->Commit().ok());
+  CommitOneWorker(**store);
   EXPECT_TRUE((*store)->SyncLog().ok());
 }
 
