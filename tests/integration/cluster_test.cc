@@ -324,8 +324,11 @@ TEST(ClusterTest, WorkerJoiningUnderMutualTlsFetchesTheModelAndTrains) {
         << cluster.WorkerLog(i);
 }
 
-// A peer killed with SIGKILL around its exchange: the partner times out
-// within 2x the exchange deadline, reports the peer, and finishes the job.
+// A peer killed with SIGKILL around its exchange: the partner times out,
+// reports the peer, and finishes the job. The bound is two deadlines (the
+// y transfer and the one-float edge confirmation each get one: a peer that
+// dies after sending its y is waited for in both, job.proto deadline_ms)
+// plus scheduling slack; CI saw 5.003 s against a bare 2 x 2.5 s.
 TEST(ClusterTest, KilledPeerMakesItsPartnerTimeOutAndContinue) {
   Cluster cluster("kill");
   ASSERT_NO_FATAL_FAILURE(cluster.StartCoordinator());
@@ -356,7 +359,8 @@ TEST(ClusterTest, KilledPeerMakesItsPartnerTimeOutAndContinue) {
   ASSERT_TRUE(std::regex_search(log, match, kFailed))
       << "worker 0 never reported its dead peer:\n" << log;
   const double exchange_seconds = std::stod(match[2]);
-  EXPECT_LE(exchange_seconds, 2.0 * deadline_ms / 1000.0)
+  constexpr double kSlackSeconds = 0.5;
+  EXPECT_LE(exchange_seconds, 2.0 * deadline_ms / 1000.0 + kSlackSeconds)
       << "deadline not respected";
   EXPECT_NE(log.find("round 4 done"), std::string::npos)
       << "worker 0 did not carry on to the last round:\n" << log;
