@@ -12,8 +12,8 @@
 #                     that should load it without a registry
 #                     (podman load -i FILE; ctr -n k8s.io images import FILE)
 #
-# The image (deploy/image/Containerfile) is FROM scratch: gasloc's binaries
-# and /bin/sh (dash) plus exactly the shared libraries they load, copied
+# The image (deploy/image/Containerfile) is FROM scratch: gasloc's binaries,
+# /bin/sh (dash), openssl and gasloc-issue-cert (deploy/image) plus exactly the shared libraries they load, copied
 # from this Debian machine (their ldd closure, with the dynamic loader), a
 # passwd/group with the unprivileged user gasloc (uid/gid 10001) and its
 # state folder. buildah builds it with --isolation=chroot, which needs no
@@ -68,11 +68,18 @@ done
 # a Kubernetes manifest as shell commands (CMD-SHELL health checks).
 mkdir -p "$context/rootfs/bin"
 cp -L /bin/dash "$context/rootfs/bin/sh"
+# gasloc-issue-cert and the openssl command it runs: the Kubernetes
+# manifest's init containers issue each pod its own certificate.
+command -v openssl > /dev/null ||
+  { echo "build_image: openssl not found (run scripts/install_deps.sh)" >&2; exit 2; }
+openssl_bin="$(command -v openssl)"
+cp -L "$openssl_bin" "$context/rootfs/usr/local/bin/openssl"
+install -m 0755 deploy/image/gasloc-issue-cert "$context/rootfs/usr/local/bin/gasloc-issue-cert"
 
 # Their shared-library closure: ldd resolves it transitively. Libraries go
 # to /usr/lib/x86_64-linux-gnu, a directory the loader searches without a
 # cache; the loader goes where the binaries' PT_INTERP names it.
-libs=$(ldd "${binaries[@]/#/$build/server/}" /bin/dash |
+libs=$(ldd "${binaries[@]/#/$build/server/}" /bin/dash "$openssl_bin" |
        awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// && $1 !~ /:$/ {print $1}' | sort -u)
 interp=""
 for lib in $libs; do
@@ -105,6 +112,8 @@ if [ "$(id -u)" -eq 0 ]; then
     OMP_WAIT_POLICY=PASSIVE chroot "$context/rootfs" "/usr/local/bin/$b" --version > /dev/null ||
       { echo "build_image: $b does not start inside the image's root filesystem" >&2; exit 1; }
   done
+  chroot "$context/rootfs" /usr/local/bin/openssl version > /dev/null ||
+    { echo "build_image: openssl does not start inside the image's root filesystem" >&2; exit 1; }
 fi
 
 old_id=$(buildah images --quiet --noheading "$tag" 2>/dev/null | head -1 || true)

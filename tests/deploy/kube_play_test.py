@@ -16,8 +16,16 @@ skips where it cannot run. The scenario:
      the events, state LEFT) and exits 0;
   5. the job ends FINISHED (its wall-time limit) with the remaining two;
   6. its model is exported through the coordinator (`gaslocctl job
-     export --average`), which fetches it from the members with the
-     coordinator token.
+     export --average`), which fetches it from the members presenting its
+     own certificate (CN coordinator).
+
+Mutual TLS throughout, as the manifest sets it up: every pod's init
+container issues its own key and certificate from the CA in the Secret
+gasloc-ca (a fresh test CA here). The test checks that no two pods hold
+the same key, that each worker's certificate names worker:<pod name> and
+its pod IP, that the CA key is not in the long-running containers, that
+the coordinator bound every worker to its certificate's name, and that
+no worker logged a refused call (PERMISSION_DENIED).
 
 What this test changes in the manifest, each for a limit of podman 4.3 (the
 rest is played as written):
@@ -35,8 +43,20 @@ rest is played as written):
     image the locally built tag, and the CPU request one core (two cores on
     this machine kind), so the worker runs --threads=1 through
     GASLOC_THREADS = requests.cpu;
-  - the Secret gasloc-tokens becomes a hostPath per pod holding only the
-    keys its volume's `items` project, as Kubernetes would.
+  - the Secret gasloc-ca becomes a hostPath per pod holding the keys a
+    secret volume projects, as Kubernetes would;
+  - downward-API variables podman 4.3 leaves empty (status.podIP,
+    metadata.namespace) get the values Kubernetes would give;
+  - init containers are played as podman's "always" kind (the annotation
+    io.podman.annotations.init.container.type): podman 4.3 removes a
+    "once" init container right after it exits and fails the whole
+    `kube play` when that races its exit (containers/podman#18477, fixed
+    in 4.6); the pods here start once, so both kinds run it once. The
+    pods' restartPolicy becomes OnFailure: podman 4.3 applies Always to
+    init containers too and reruns them after they exit 0;
+  - every emptyDir becomes a fresh host folder per pod: podman 4.3 plays
+    an emptyDir as a named volume shared by every pod that names it, so
+    the workers would overwrite each other's keys.
 Scaling out is `podman pod stop` (SIGTERM, grace period), as a Deployment
 scale-down deletes a pod.
 """
@@ -61,8 +81,11 @@ IMAGE = os.environ.get("GASLOC_IMAGE", "localhost/gasloc:test")
 CORPUS = "/usr/share/common-licenses"
 NETWORK = f"gasloc-kube-{os.getpid()}"
 COORDINATOR_CTR = "gasloc-coordinator-pod-0-coordinator"
-# The manifest's Secret gasloc-tokens, mounted at /etc/gasloc/tokens.
-OPERATOR_TOKEN = "--token_file=/etc/gasloc/tokens/operator"
+# The operator certificate the coordinator pod's init container issues.
+OPERATOR_TLS = ["--tls_ca=/etc/gasloc/tls/ca.crt",
+                "--tls_cert=/etc/gasloc/tls/operator.crt",
+                "--tls_key=/etc/gasloc/tls/operator.key"]
+NAMESPACE = "default"
 WALL_SECONDS = 40
 START = time.monotonic()
 
@@ -83,7 +106,7 @@ def podman(*args, check=True, timeout=120, input_text=None):
 def ctl(*args, input_text=None):
     """gaslocctl inside the coordinator's container (the image's CLI)."""
     run = podman("exec", "-i", COORDINATOR_CTR, "gaslocctl",
-                 "--coordinator=127.0.0.1:7070", OPERATOR_TOKEN, "--output=json", *args,
+                 "--coordinator=127.0.0.1:7070", *OPERATOR_TLS, "--output=json", *args,
                  input_text=input_text)
     return json.loads(run.stdout)
 
@@ -110,39 +133,85 @@ class Cluster:
         self.net = ipaddress.ip_network(subnet)
         self.coordinator_ip = str(self.net[10])
         self.worker_pods = []
-        # The Secret gasloc-tokens (which the manifest leaves to the
-        # operator): fresh random tokens in a folder the pods mount instead.
+        os.chmod(workdir, 0o755)
+        # Bearer tokens for the image's default command (image_alone).
         self.tokens = os.path.join(workdir, "tokens")
         os.makedirs(self.tokens)
-        os.chmod(workdir, 0o755)
         os.chmod(self.tokens, 0o755)
-        for key in ("operator", "worker", "peer", "coordinator"):
+        for key in ("operator", "worker"):
             path = os.path.join(self.tokens, key)
             with open(path, "w", encoding="utf-8") as f:
                 f.write(os.urandom(32).hex() + "\n")
             os.chmod(path, 0o644)
+        # The Secret gasloc-ca (which the manifest leaves to the operator):
+        # a fresh CA, made as the manifest's header says.
+        self.ca = os.path.join(workdir, "ca")
+        os.makedirs(self.ca)
+        subprocess.run(
+            ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+             "ec_paramgen_curve:P-256", "-nodes", "-days", "1",
+             "-subj", "/CN=gasloc kube_play_test CA",
+             "-keyout", os.path.join(self.ca, "ca.key"),
+             "-out", os.path.join(self.ca, "ca.crt"),
+             "-addext", "basicConstraints=critical,CA:TRUE",
+             "-addext", "keyUsage=critical,keyCertSign,cRLSign"],
+            check=True, capture_output=True)
 
-    def mount_tokens(self, pod, name):
-        """Replaces the secret volume `tokens` with a hostPath holding what
-        Kubernetes would project from the Secret: only the keys its `items`
-        list, under their paths (all of them without `items`)."""
+    def mount_ca(self, pod, name):
+        """Replaces the secret volume `ca` with a hostPath holding what
+        Kubernetes would project from the Secret gasloc-ca: the keys its
+        `items` list (all of them without `items`), readable by the pod's
+        user as defaultMode 0440 with fsGroup makes them."""
         for v in pod["volumes"]:
-            if v["name"] == "tokens":
+            if v["name"] == "ca":
                 secret = v["secret"]
-                assert secret["secretName"] == "gasloc-tokens", v
+                assert secret["secretName"] == "gasloc-ca", v
                 items = secret.get("items") or [
-                    {"key": k, "path": k} for k in os.listdir(self.tokens)]
-                folder = os.path.join(self.workdir, f"tokens-{name}")
+                    {"key": k, "path": k} for k in os.listdir(self.ca)]
+                folder = os.path.join(self.workdir, f"ca-{name}")
                 os.makedirs(folder)
                 os.chmod(folder, 0o755)
                 for item in items:
                     target = os.path.join(folder, item["path"])
-                    shutil.copyfile(os.path.join(self.tokens, item["key"]),
-                                    target)
+                    shutil.copyfile(os.path.join(self.ca, item["key"]), target)
                     os.chmod(target, 0o644)
                 v.clear()
-                v.update({"name": "tokens",
+                v.update({"name": "ca",
                           "hostPath": {"path": folder, "type": "Directory"}})
+
+    @staticmethod
+    def keep_init_containers(deployment):
+        """Podman 4.3's init-container race (module docstring). Podman
+        reads a Deployment's annotations from its own metadata, not its
+        pod template's."""
+        annotations = deployment["metadata"].setdefault("annotations", {})
+        annotations["io.podman.annotations.init.container.type"] = "always"
+
+    def private_empty_dirs(self, pod, name):
+        """Podman 4.3's shared emptyDir (module docstring): each becomes a
+        fresh folder of this pod's, owned by the pod's user."""
+        user = pod["securityContext"]["runAsUser"]
+        group = pod["securityContext"].get("fsGroup", user)
+        for v in pod["volumes"]:
+            if "emptyDir" in v:
+                folder = os.path.join(self.workdir, f"{v['name']}-{name}")
+                os.makedirs(folder)
+                os.chown(folder, user, group)
+                os.chmod(folder, 0o700)
+                v.pop("emptyDir")
+                v["hostPath"] = {"path": folder, "type": "Directory"}
+
+    @staticmethod
+    def set_downward_env(pod, values):
+        """Gives the downward-API variables podman leaves empty the values
+        Kubernetes would, in every container (init containers too)."""
+        for c in pod.get("initContainers", []) + pod["containers"]:
+            c["image"] = IMAGE
+            for e in c.get("env", []):
+                ref = e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
+                if ref in values:
+                    e.pop("valueFrom")
+                    e["value"] = values[ref]
 
     def play(self, name, docs, ip):
         path = os.path.join(self.workdir, name + ".yaml")
@@ -154,9 +223,13 @@ class Cluster:
         claim = self.kinds[("PersistentVolumeClaim", "gasloc-coordinator-state")]
         deployment = copy.deepcopy(self.kinds[("Deployment", "gasloc-coordinator")])
         container = deployment["spec"]["template"]["spec"]["containers"][0]
-        container["image"] = IMAGE
         container.pop("ports", None)
-        self.mount_tokens(deployment["spec"]["template"]["spec"], "coordinator")
+        pod = deployment["spec"]["template"]["spec"]
+        self.keep_init_containers(deployment)
+        pod["restartPolicy"] = "OnFailure"
+        self.private_empty_dirs(pod, "coordinator")
+        self.set_downward_env(pod, {"metadata.namespace": NAMESPACE})
+        self.mount_ca(pod, "coordinator")
         self.play("coordinator", [claim, deployment], self.coordinator_ip)
 
     def scale_workers_to(self, n):
@@ -176,14 +249,13 @@ class Cluster:
                     v.clear()
                     v.update({"name": "corpus",
                               "hostPath": {"path": CORPUS, "type": "Directory"}})
-            self.mount_tokens(pod, f"worker-{i}")
+            self.keep_init_containers(d)
+            pod["restartPolicy"] = "OnFailure"
+            self.private_empty_dirs(pod, f"worker-{i}")
+            self.mount_ca(pod, f"worker-{i}")
+            self.set_downward_env(pod, {"status.podIP": ip})
             c = pod["containers"][0]
-            c["image"] = IMAGE
             c.pop("ports", None)
-            for e in c["env"]:
-                if e["name"] == "POD_IP":
-                    e.pop("valueFrom")
-                    e["value"] = ip
             c["resources"]["requests"]["cpu"] = "1"
             c["resources"]["limits"]["cpu"] = "1"
             self.play(f"worker-{i}", [d], ip)
@@ -211,7 +283,7 @@ class Watch(threading.Thread):
         self.events = []
         self.process = subprocess.Popen(
             ["podman", "exec", COORDINATOR_CTR, "gaslocctl",
-             "--coordinator=127.0.0.1:7070", OPERATOR_TOKEN, "--output=json", "job", "watch",
+             "--coordinator=127.0.0.1:7070", *OPERATOR_TLS, "--output=json", "job", "watch",
              str(job_id)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             text=True)
         self.start()
@@ -246,6 +318,52 @@ def workers_by_ip(include_gone=False):
     args = ["workers", "--all"] if include_gone else ["workers"]
     listed = ctl(*args).get("workers", [])
     return {w["info"]["address"].rsplit(":", 1)[0]: w for w in listed}
+
+
+def read_in_container(container, path):
+    """A file's text from a container (the image has no cat: sh reads it)."""
+    return podman("exec", container, "/bin/sh", "-c",
+                  f'while IFS= read -r l; do echo "$l"; done < {path}').stdout
+
+
+def certificate_facts(pem):
+    """Subject, subject alternative names and public key of a PEM
+    certificate, as openssl prints them."""
+    run = subprocess.run(["openssl", "x509", "-noout", "-subject", "-ext",
+                          "subjectAltName", "-pubkey"], input=pem,
+                         capture_output=True, text=True, check=True)
+    text = run.stdout
+    subject = next(l for l in text.splitlines() if l.startswith("subject="))
+    key = text[text.index("-----BEGIN PUBLIC KEY-----"):]
+    return subject.split("CN = ", 1)[1].strip(), text, key
+
+
+def check_certificates(cluster):
+    """Every pod holds a key of its own, issued by its init container:
+    workers worker:<name> for their pod IP, bound to that name by the
+    coordinator; the CA key is in no long-running container."""
+    keys = {}
+    cn, text, key = certificate_facts(
+        read_in_container(COORDINATOR_CTR, "/etc/gasloc/tls/tls.crt"))
+    assert cn == "coordinator" and "DNS:gasloc-coordinator" in text, text
+    keys[key] = COORDINATOR_CTR
+    registered = workers_by_ip()
+    for pod, ip in cluster.worker_pods:
+        ctr = pod + "-worker"
+        cn, text, key = certificate_facts(
+            read_in_container(ctr, "/etc/gasloc/tls/tls.crt"))
+        assert cn.startswith("worker:") and f"IP Address:{ip}" in text, text
+        assert key not in keys, f"{ctr} holds the same key as {keys[key]}"
+        keys[key] = ctr
+        identity = registered[ip]["info"].get("identity")
+        assert identity == cn.split(":", 1)[1], \
+            f"{ctr}: certificate {cn}, registered as {identity!r}"
+    for ctr in [COORDINATOR_CTR] + [p + "-worker" for p, _ in cluster.worker_pods]:
+        gone = podman("exec", ctr, "/bin/sh", "-c", "test ! -e /etc/gasloc/ca",
+                      check=False)
+        assert gone.returncode == 0, f"{ctr} can see the CA's Secret"
+    log(f"{len(keys)} pods, {len(keys)} distinct keys; workers bound to "
+        f"their certificates' names; the CA key only in init containers")
 
 
 def image_alone(tokens):
@@ -319,6 +437,7 @@ def scenario(cluster):
                 int(progress.get("total_inner_steps", 0)) > 0)
     wait_for("the third worker to train", third_trained, 60)
     log(f"worker {third_id} joined and trains")
+    check_certificates(cluster)
 
     # Scale out: the first worker gets SIGTERM, leaves, exits 0.
     first_pod, first_ip = cluster.worker_pods[0]
@@ -367,6 +486,12 @@ def scenario(cluster):
     assert {"config.json", "model.safetensors"} <= set(files), files
     log(f"job {job_id} exported through the coordinator: "
         f"{exported['bytes']} bytes from workers {exported['worker_ids']}")
+    # No call between the pods was refused: every peer admitted the
+    # identities the coordinator scheduled.
+    for pod, _ in cluster.worker_pods:
+        logs = podman("logs", pod + "-worker", check=False)
+        assert "PERMISSION_DENIED" not in logs.stdout + logs.stderr, \
+            f"{pod} logged a refused call:\n{logs.stdout}{logs.stderr}"
 
 
 def remove_stale_networks():
