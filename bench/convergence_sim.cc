@@ -52,6 +52,19 @@ v1::JobSpec SpecFor(const SimOptions& o) {
     case SimAlgorithm::kDpsgd:
       outer->set_algorithm(v1::ALGORITHM_DPSGD);
       break;
+    case SimAlgorithm::kDpsgdTwoPeer:
+      outer->set_algorithm(v1::ALGORITHM_DPSGD);
+      outer->set_topology(v1::TOPOLOGY_RANDOM_TWO_PEER);
+      break;
+  }
+  const bool diloco = o.algorithm == SimAlgorithm::kDiloco;
+  if (o.outer_lr >= 0) {
+    if (diloco) outer->set_lr(static_cast<float>(o.outer_lr));
+    else outer->set_eta(static_cast<float>(o.outer_lr));
+  }
+  if (o.outer_momentum >= 0) {
+    if (diloco) outer->set_mu(static_cast<float>(o.outer_momentum));
+    else outer->set_gamma(static_cast<float>(o.outer_momentum));
   }
   if (o.local_steps > 0) outer->set_local_steps(o.local_steps);
   if (o.min_local_steps > 0) outer->set_min_local_steps(o.min_local_steps);
@@ -310,6 +323,12 @@ absl::Status CheckOptions(const SimOptions& o) {
       return absl::InvalidArgumentError(
           "every worker needs steps_per_second > 0, bytes_per_second > 0 and "
           "latency_seconds >= 0");
+  const bool dpsgd = o.algorithm == SimAlgorithm::kDpsgd ||
+                     o.algorithm == SimAlgorithm::kDpsgdTwoPeer;
+  if (dpsgd && (o.outer_lr >= 0 || o.outer_momentum >= 0))
+    return absl::InvalidArgumentError(
+        "D-PSGD has no outer rate or momentum to set (eta 1, gamma 0 by "
+        "definition): tune its inner_lr");
   return absl::OkStatus();
 }
 
@@ -325,17 +344,20 @@ const char* SimAlgorithmName(SimAlgorithm algorithm) {
       return "diloco";
     case SimAlgorithm::kDpsgd:
       return "dpsgd";
+    case SimAlgorithm::kDpsgdTwoPeer:
+      return "dpsgd-2peer";
   }
   return "?";
 }
 
 absl::StatusOr<SimAlgorithm> ParseSimAlgorithm(const std::string& name) {
   for (SimAlgorithm a : {SimAlgorithm::kGasloc, SimAlgorithm::kGaslocTwoPeer,
-                         SimAlgorithm::kDiloco, SimAlgorithm::kDpsgd})
+                         SimAlgorithm::kDiloco, SimAlgorithm::kDpsgd,
+                         SimAlgorithm::kDpsgdTwoPeer})
     if (name == SimAlgorithmName(a)) return a;
   return absl::InvalidArgumentError(
       absl::StrCat("unknown algorithm \"", name,
-                   "\" (gasloc, gasloc-2peer, diloco, dpsgd)"));
+                   "\" (gasloc, gasloc-2peer, diloco, dpsgd, dpsgd-2peer)"));
 }
 
 absl::StatusOr<SimResult> RunConvergenceSim(const SimOptions& o) {

@@ -59,9 +59,16 @@
 
 namespace gasloc::bench {
 
-enum class SimAlgorithm { kGasloc, kGaslocTwoPeer, kDiloco, kDpsgd };
+enum class SimAlgorithm {
+  kGasloc,
+  kGaslocTwoPeer,
+  kDiloco,
+  kDpsgd,
+  kDpsgdTwoPeer,
+};
 
-// "gasloc", "gasloc-2peer", "diloco", "dpsgd".
+// "gasloc", "gasloc-2peer", "diloco", "dpsgd", "dpsgd-2peer" (two random
+// matchings a round: at 4 workers a ring, redrawn every round).
 const char* SimAlgorithmName(SimAlgorithm algorithm);
 absl::StatusOr<SimAlgorithm> ParseSimAlgorithm(const std::string& name);
 
@@ -99,6 +106,11 @@ struct SimOptions {
   bool adamw = false;
   double inner_lr = 0.05;
   bool anneal = true;
+  // The outer step's rate and momentum in place of the job spec's
+  // defaults (< 0: the default): GASLoC's eta and gamma, DiLoCo's lr and
+  // mu. D-PSGD has none (eta 1, gamma 0 by definition): refused there.
+  double outer_lr = -1;
+  double outer_momentum = -1;
   uint32_t tokens_per_step = 512;
   // Keep every worker's final parameters in SimResult::final_models.
   bool keep_models = false;

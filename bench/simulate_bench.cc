@@ -54,6 +54,8 @@ constexpr char kUsage[] =
     "                       scenario's, as --local_steps)\n"
     "  --dimension=256 --heterogeneity=0.1 --noise=0.5 --curvature_min=0.1\n"
     "  --inner=sgd|adamw --inner_lr=0.05 --constant_lr (no cosine)\n"
+    "  --outer_lr=ETA --outer_momentum=GAMMA (GASLoC eta/gamma, DiLoCo\n"
+    "                       lr/mu; default the job spec's; not D-PSGD)\n"
     "  --target_loss=L (0: DiLoCo's\n"
     "                       worst final loss at each worker count)\n"
     "  --jsonl=FILE (default stdout)  --plot=DIR (PNGs via gnuplot)\n";
@@ -171,6 +173,8 @@ int RunSimulateBench(int argc, char** argv) {
                    {"noise", &base.noise},
                    {"curvature-min", &base.curvature_min},
                    {"inner-lr", &base.inner_lr},
+                   {"outer-lr", &base.outer_lr},
+                   {"outer-momentum", &base.outer_momentum},
                    {"target-loss", &target}};
   bool no_anneal = false;
   flags.bools = {{"constant-lr", &no_anneal}};
@@ -225,7 +229,8 @@ int RunSimulateBench(int argc, char** argv) {
       for (int seed : *seeds) {
         o.algorithm = algos[a];
         o.max_rounds =
-            algos[a] == SimAlgorithm::kDpsgd
+            algos[a] == SimAlgorithm::kDpsgd ||
+                    algos[a] == SimAlgorithm::kDpsgdTwoPeer
                 ? max_rounds * (base.local_steps > 0 ? base.local_steps : 100)
                 : max_rounds;
         o.seed = static_cast<uint64_t>(seed);

@@ -6,6 +6,8 @@
 #include "bench/convergence_sim.h"
 
 #include <cstring>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "bench/sim_scenario.h"
@@ -14,9 +16,9 @@
 namespace gasloc::bench {
 namespace {
 
-constexpr SimAlgorithm kAll[] = {SimAlgorithm::kGasloc,
-                                 SimAlgorithm::kGaslocTwoPeer,
-                                 SimAlgorithm::kDiloco, SimAlgorithm::kDpsgd};
+constexpr SimAlgorithm kAll[] = {
+    SimAlgorithm::kGasloc, SimAlgorithm::kGaslocTwoPeer, SimAlgorithm::kDiloco,
+    SimAlgorithm::kDpsgd, SimAlgorithm::kDpsgdTwoPeer};
 
 // n equal workers at 100 steps/s on fast links.
 SimOptions Equal(SimAlgorithm algorithm, uint32_t n) {
@@ -56,18 +58,27 @@ TEST(ConvergenceSim,
   }
 }
 
+// The mean consensus distance over the second half of a run with one peer
+// a round (`one`) and of the same run with `two_peer`.
+std::pair<double, double> OneAndTwoPeerConsensus(const SimOptions& one,
+                                                 SimAlgorithm two_peer) {
+  SimOptions two = one;
+  two.algorithm = two_peer;
+  auto r1 = RunConvergenceSim(one);
+  auto r2 = RunConvergenceSim(two);
+  EXPECT_TRUE(r1.ok() && r2.ok());
+  if (!r1.ok() || !r2.ok()) return {0, 0};
+  return {MeanConsensusOverTheSecondHalf(*r1),
+          MeanConsensusOverTheSecondHalf(*r2)};
+}
+
 TEST(ConvergenceSim, TwoPeersARoundKeepSixtyFourWorkersCloserThanOne) {
   SimOptions one = Equal(SimAlgorithm::kGasloc, 64);
   one.seconds = 30;
   one.heterogeneity = 0;
   one.noise = 1;
-  SimOptions two = one;
-  two.algorithm = SimAlgorithm::kGaslocTwoPeer;
-  auto r1 = RunConvergenceSim(one);
-  auto r2 = RunConvergenceSim(two);
-  ASSERT_TRUE(r1.ok() && r2.ok());
-  const double c1 = MeanConsensusOverTheSecondHalf(*r1);
-  const double c2 = MeanConsensusOverTheSecondHalf(*r2);
+  const auto [c1, c2] =
+      OneAndTwoPeerConsensus(one, SimAlgorithm::kGaslocTwoPeer);
   EXPECT_GT(c2, 0);
   EXPECT_GT(c1, 1.3 * c2) << "one peer " << c1 << ", two peers " << c2;
 }
@@ -146,6 +157,56 @@ TEST(ConvergenceSim, SecondsToLossInterpolatesInLogLoss) {
   EXPECT_DOUBLE_EQ(SecondsToLoss(points, 100), 0);
   EXPECT_EQ(SecondsToLoss(points, 0.5), -1);
   EXPECT_EQ(SecondsToLoss(points, 10, &SimPoint::mean_worker_loss), -1);
+}
+
+// The outer rate and momentum reach the real update: GASLoC with eta 1
+// and gamma 0 at one step a round is D-PSGD (its job-spec defaults), to
+// the bit, and with the defaults (eta 0.7, gamma 0.9) it is not.
+TEST(ConvergenceSim, GaslocWithEtaOneAndNoMomentumIsDpsgd) {
+  auto run = [](SimAlgorithm a, double eta, double gamma) {
+    SimOptions o = Equal(a, 4);
+    o.local_steps = 1;
+    o.max_rounds = 60;
+    o.seconds = 1e6;
+    o.outer_lr = eta;
+    o.outer_momentum = gamma;
+    o.keep_models = true;
+    auto r = RunConvergenceSim(o);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? r->final_models : std::vector<std::vector<float>>{};
+  };
+  const auto dpsgd = run(SimAlgorithm::kDpsgd, -1, -1);
+  ASSERT_EQ(dpsgd.size(), 4u);
+  EXPECT_EQ(run(SimAlgorithm::kGasloc, 1, 0), dpsgd);
+  EXPECT_NE(run(SimAlgorithm::kGasloc, -1, -1), dpsgd);
+}
+
+// D-PSGD over two random matchings a round (at 4 workers a ring, redrawn
+// every round) mixes more than over one: a lower consensus distance.
+TEST(ConvergenceSim, TwoPeerDpsgdKeepsItsWorkersCloserThanOnePeer) {
+  SimOptions one = Equal(SimAlgorithm::kDpsgd, 4);
+  one.max_rounds = 2000;
+  one.seconds = 1e6;
+  const auto [c1, c2] = OneAndTwoPeerConsensus(one, SimAlgorithm::kDpsgdTwoPeer);
+  EXPECT_GT(c2, 0);
+  EXPECT_LT(c2, 0.75 * c1) << "one peer " << c1 << ", two peers " << c2;
+}
+
+TEST(ConvergenceSim, DpsgdRefusesAnOuterRateOrMomentum) {
+  auto message = [](SimAlgorithm a, double eta, double gamma) {
+    SimOptions o = Equal(a, 4);
+    o.outer_lr = eta;
+    o.outer_momentum = gamma;
+    return std::string(RunConvergenceSim(o).status().message());
+  };
+  EXPECT_NE(message(SimAlgorithm::kDpsgd, 0.5, -1).find("tune its inner_lr"),
+            std::string::npos);
+  EXPECT_NE(message(SimAlgorithm::kDpsgdTwoPeer, -1, 0.5)
+                .find("tune its inner_lr"),
+            std::string::npos);
+  EXPECT_EQ(message(SimAlgorithm::kGasloc, 0.5, 0.5), "");
+  EXPECT_EQ(ParseSimAlgorithm("dpsgd-2peer").value(),
+            SimAlgorithm::kDpsgdTwoPeer);
 }
 
 TEST(SimScenario, ReadsTheOneSlowLinkScenarioAndRepeatsItsPattern) {
