@@ -66,6 +66,8 @@ v1::JobSpec SpecFor(const SimOptions& o) {
     if (diloco) outer->set_mu(static_cast<float>(o.outer_momentum));
     else outer->set_gamma(static_cast<float>(o.outer_momentum));
   }
+  if (o.uniform_budgets)
+    outer->set_budget_policy(v1::BUDGET_POLICY_UNIFORM);
   if (o.local_steps > 0) outer->set_local_steps(o.local_steps);
   if (o.min_local_steps > 0) outer->set_min_local_steps(o.min_local_steps);
   return ApplyJobSpecDefaults(spec);

@@ -111,6 +111,9 @@ struct SimOptions {
   // mu. D-PSGD has none (eta 1, gamma 0 by definition): refused there.
   double outer_lr = -1;
   double outer_momentum = -1;
+  // Every worker gets the nominal H (BUDGET_POLICY_UNIFORM) whatever the
+  // algorithm's default: equal tokens for a comparison at equal steps.
+  bool uniform_budgets = false;
   uint32_t tokens_per_step = 512;
   // Keep every worker's final parameters in SimResult::final_models.
   bool keep_models = false;

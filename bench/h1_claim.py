@@ -73,6 +73,7 @@ def simulate(args, algorithm, workers, heterogeneity, seeds, flags):
                f"--seeds={','.join(map(str, seeds))}", "--local_steps=1",
                f"--rounds={args.rounds}", "--seconds=1000000000",
                f"--heterogeneity={heterogeneity}", "--eval_seconds=1",
+               "--uniform_budgets",
                "--jsonl=/dev/stdout", *flags]
     run = subprocess.run(command, capture_output=True, text=True)
     if run.returncode != 0:

@@ -56,6 +56,7 @@ constexpr char kUsage[] =
     "  --inner=sgd|adamw --inner_lr=0.05 --constant_lr (no cosine)\n"
     "  --outer_lr=ETA --outer_momentum=GAMMA (GASLoC eta/gamma, DiLoCo\n"
     "                       lr/mu; default the job spec's; not D-PSGD)\n"
+    "  --uniform_budgets    every worker the nominal H (equal tokens)\n"
     "  --target_loss=L (0: DiLoCo's\n"
     "                       worst final loss at each worker count)\n"
     "  --jsonl=FILE (default stdout)  --plot=DIR (PNGs via gnuplot)\n";
@@ -177,7 +178,8 @@ int RunSimulateBench(int argc, char** argv) {
                    {"outer-momentum", &base.outer_momentum},
                    {"target-loss", &target}};
   bool no_anneal = false;
-  flags.bools = {{"constant-lr", &no_anneal}};
+  flags.bools = {{"constant-lr", &no_anneal},
+                 {"uniform-budgets", &base.uniform_budgets}};
   if (!ParseBenchFlags(argc, argv, "gasloc-bench simulate", kUsage, flags))
     return 2;
   auto scenario = LoadSimScenario(scenario_path);

@@ -181,6 +181,21 @@ TEST(ConvergenceSim, GaslocWithEtaOneAndNoMomentumIsDpsgd) {
   EXPECT_NE(run(SimAlgorithm::kGasloc, -1, -1), dpsgd);
 }
 
+// Uniform budgets: every worker takes exactly H steps a round, whatever
+// GASLoC's adaptive planner would give (h1_claim.py compares at equal
+// tokens).
+TEST(ConvergenceSim, UniformBudgetsGiveEveryWorkerTheNominalSteps) {
+  SimOptions o = Equal(SimAlgorithm::kGaslocTwoPeer, 16);
+  o.local_steps = 1;
+  o.max_rounds = 300;
+  o.seconds = 1e6;
+  o.uniform_budgets = true;
+  auto r = RunConvergenceSim(o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->points.back().round, 300u);
+  EXPECT_EQ(r->points.back().steps, 300u * 16);
+}
+
 // D-PSGD over two random matchings a round (at 4 workers a ring, redrawn
 // every round) mixes more than over one: a lower consensus distance.
 TEST(ConvergenceSim, TwoPeerDpsgdKeepsItsWorkersCloserThanOnePeer) {
