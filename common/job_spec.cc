@@ -318,6 +318,21 @@ absl::Status ValidateJobSpec(const v1::JobSpec& raw) {
         "round (GASLoC, D-PSGD, DiLoCo, local SGD): data-parallel "
         "all-reduces every step's gradient, and a step cannot run beside "
         "its own gradient's reduction");
+  if (!v1::OverlapUpdate_IsValid(o.overlap_update()))
+    return absl::InvalidArgumentError(
+        "outer.overlap_update is not a known value");
+  if (o.overlap_update() != v1::OVERLAP_UPDATE_UNSPECIFIED &&
+      !o.overlap_exchange())
+    return absl::InvalidArgumentError(absl::StrCat(
+        "outer.overlap_update ", v1::OverlapUpdate_Name(o.overlap_update()),
+        " needs outer.overlap_exchange: without the overlap the outer step "
+        "always waits for the exchange"));
+  if (o.overlap_update() == v1::OVERLAP_UPDATE_EAGER &&
+      o.algorithm() != v1::ALGORITHM_DILOCO)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "outer.overlap_update OVERLAP_UPDATE_EAGER is DiLoCo's (its "
+        "all-reduced pseudo-gradient), not ",
+        v1::Algorithm_Name(o.algorithm()), "'s"));
   if (!v1::MomentumPlacement_IsValid(o.momentum_placement()))
     return absl::InvalidArgumentError(
         "outer.momentum_placement is not a known value");

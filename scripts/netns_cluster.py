@@ -51,6 +51,11 @@ ALGORITHMS = {
     # DiLoCo with its all-reduce overlapped by inner steps (the same
     # outer.overlap_exchange rule as GASLoC's; docs/algorithms.md s.5).
     "diloco-overlap": ("ALGORITHM_DILOCO", None),
+    # DiLoCo with eager updates (outer.overlap_update EAGER, Kale et al.
+    # 2025): the outer step at H_i with the worker's own pseudo-gradient in
+    # place of its share of the mean, the all-reduce beside the next inner
+    # steps (docs/algorithms.md s.5).
+    "diloco-eager": ("ALGORITHM_DILOCO", None),
     "dpsgd": ("ALGORITHM_DPSGD", None),
     "local-sgd": ("ALGORITHM_LOCAL_SGD", None),
     # The synchronous reference: one all-reduced gradient step a round.
@@ -239,8 +244,10 @@ class Run:
         outer = {"algorithm": algorithm, "localSteps": h or sc.local_steps}
         if policy:
             outer["budgetPolicy"] = policy
-        if base.endswith("-overlap"):
+        if base.endswith(("-overlap", "-eager")):
             outer["overlapExchange"] = True
+        if base.endswith("-eager"):
+            outer["overlapUpdate"] = "OVERLAP_UPDATE_EAGER"
         if sc.min_local_steps:
             outer["minLocalSteps"] = sc.min_local_steps
         stop = {}

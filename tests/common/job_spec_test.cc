@@ -104,6 +104,19 @@ TEST(JobSpec, MinimalSpecIsValid) {
       << ValidateJobSpec(MinimalSpec());
 }
 
+// DiLoCo's eager updates need the overlapped all-reduce (the refusals are
+// in JobSpecRejects below).
+TEST(JobSpec, EagerUpdatesOfOverlappedDilocoAreValid) {
+  v1::JobSpec spec = MinimalSpec();
+  spec.mutable_outer()->set_algorithm(v1::ALGORITHM_DILOCO);
+  spec.mutable_outer()->set_topology(v1::TOPOLOGY_COMPLETE);
+  spec.mutable_outer()->set_overlap_exchange(true);
+  spec.mutable_outer()->set_overlap_update(v1::OVERLAP_UPDATE_EAGER);
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+  spec.mutable_outer()->set_overlap_update(v1::OVERLAP_UPDATE_DELAYED);
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+}
+
 struct BadField {
   const char* field;
   void (*mutate)(v1::JobSpec*);
@@ -177,6 +190,35 @@ INSTANTIATE_TEST_SUITE_P(
                        v1::ALGORITHM_DATA_PARALLEL);
                    s->mutable_outer()->set_topology(v1::TOPOLOGY_COMPLETE);
                    s->mutable_outer()->set_overlap_exchange(true);
+                 }},
+        // Eager updates (DiLoCo's overlapped all-reduce): without the
+        // overlap there is nothing to be eager about, and the rule is the
+        // all-reduced pseudo-gradient's (issue 36 item 1).
+        BadField{"outer.overlap_update",
+                 [](v1::JobSpec* s) {
+                   s->mutable_outer()->set_algorithm(v1::ALGORITHM_DILOCO);
+                   s->mutable_outer()->set_topology(v1::TOPOLOGY_COMPLETE);
+                   s->mutable_outer()->set_overlap_update(
+                       v1::OVERLAP_UPDATE_EAGER);
+                 }},
+        BadField{"outer.overlap_update",
+                 [](v1::JobSpec* s) {
+                   s->mutable_outer()->set_overlap_exchange(true);
+                   s->mutable_outer()->set_overlap_update(
+                       v1::OVERLAP_UPDATE_EAGER);
+                 }},
+        BadField{"outer.overlap_update",
+                 [](v1::JobSpec* s) {
+                   s->mutable_outer()->set_algorithm(v1::ALGORITHM_LOCAL_SGD);
+                   s->mutable_outer()->set_topology(v1::TOPOLOGY_COMPLETE);
+                   s->mutable_outer()->set_overlap_exchange(true);
+                   s->mutable_outer()->set_overlap_update(
+                       v1::OVERLAP_UPDATE_EAGER);
+                 }},
+        BadField{"outer.overlap_update",
+                 [](v1::JobSpec* s) {
+                   s->mutable_outer()->set_overlap_update(
+                       static_cast<v1::OverlapUpdate>(7));
                  }},
         BadField{"exchange.chunk_bytes",
                  [](v1::JobSpec* s) {

@@ -110,17 +110,21 @@ INSTANTIATE_TEST_SUITE_P(
                       v1::ALGORITHM_DATA_PARALLEL),
     [](const auto& info) { return v1::Algorithm_Name(info.param); });
 
-// DiLoCo with its all-reduce overlapped by inner steps (issue 36 item 1):
-// real daemons and gRPC; the job finishes, every worker's loss drops, and
-// the coordinator never sees the replicas' checksums apart (they cover the
-// round's result, which the replicas share, not the parameters, which
-// are ahead of it by each worker's own steps beside the ring).
-TEST(ClusterTest, DilocoWithOverlappedCommunicationKeepsItsReplicasInStep) {
-  Cluster cluster("diloco-overlap");
+// DiLoCo with its all-reduce overlapped by inner steps (issue 36 item 1),
+// with the outer step applied after the all-reduce (`update` DELAYED) or
+// at once with the worker's own pseudo-gradient (EAGER): real daemons and
+// gRPC; the job finishes, every worker's loss drops, and the coordinator
+// never sees the replicas' checksums apart (they cover what the replicas
+// share: the round's result, DELAYED, or the all-reduced mean, EAGER; not
+// the parameters, which are each worker's own).
+void RunOverlappedDiloco(v1::OverlapUpdate update) {
+  Cluster cluster(update == v1::OVERLAP_UPDATE_EAGER ? "diloco-eager"
+                                                     : "diloco-overlap");
   ASSERT_NO_FATAL_FAILURE(cluster.StartCoordinator());
   ASSERT_NO_FATAL_FAILURE(cluster.StartWorkers(3));
   v1::JobSpec spec = cluster.TinySpec(v1::ALGORITHM_DILOCO, 4, 3);
   spec.mutable_outer()->set_overlap_exchange(true);
+  spec.mutable_outer()->set_overlap_update(update);
   const uint64_t job = cluster.StartJob(spec);
   const v1::JobStatus status = cluster.WaitForJobEnd(job, absl::Seconds(150));
   EXPECT_EQ(status.state(), v1::JOB_STATE_FINISHED) << status.message();
@@ -137,6 +141,14 @@ TEST(ClusterTest, DilocoWithOverlappedCommunicationKeepsItsReplicasInStep) {
     ASSERT_GE(bpb.size(), 2u) << "worker " << i << " log:\n" << log;
     EXPECT_LT(bpb.back(), bpb.front()) << "worker " << i;
   }
+}
+
+TEST(ClusterTest, DilocoWithOverlappedCommunicationKeepsItsReplicasInStep) {
+  RunOverlappedDiloco(v1::OVERLAP_UPDATE_DELAYED);
+}
+
+TEST(ClusterTest, DilocoWithEagerUpdatesKeepsItsReplicasInStep) {
+  RunOverlappedDiloco(v1::OVERLAP_UPDATE_EAGER);
 }
 
 // Gossip with gamma = 0 and eta = 1 between two workers (always paired) is

@@ -8,12 +8,14 @@ Run: python3 tests/scripts/netns_harness_test.py SOURCE_DIR
 import os
 import sys
 import tempfile
+import types
 import unittest
 
 SOURCE = sys.argv.pop(1) if len(sys.argv) > 1 else os.path.join(
     os.path.dirname(os.path.abspath(__file__)), "..", "..")
 sys.path.insert(0, os.path.join(SOURCE, "scripts"))
 from netns_harness import results, scenario  # noqa: E402
+import netns_cluster  # noqa: E402
 
 
 def write(text):
@@ -53,6 +55,29 @@ class ScenarioTest(unittest.TestCase):
             self.assertEqual(len(s.workers), 4, name)
             # Several chunks a copy, or the wire time is not measurable.
             self.assertEqual(s.exchange_chunk_bytes, 65536, name)
+
+    def test_diloco_eager_job_spec(self):
+        """--algorithm diloco-eager: DiLoCo's overlapped all-reduce with
+        eager updates (outer.overlap_update), with or without -h<N>."""
+        folder = os.path.join(SOURCE, "bench", "scenarios")
+        sc = scenario.load(os.path.join(folder, sorted(os.listdir(folder))[0]))
+        for name, h in (("diloco-eager", sc.local_steps),
+                        ("diloco-eager-h240", 240)):
+            args = types.SimpleNamespace(algorithm=name, corpus=None,
+                                         rounds=None, seed=4)
+            run = types.SimpleNamespace(sc=sc, args=args)
+            outer = netns_cluster.Run.job_spec(run)["outer"]
+            self.assertEqual(outer["algorithm"], "ALGORITHM_DILOCO", name)
+            self.assertEqual(outer["localSteps"], h, name)
+            self.assertTrue(outer["overlapExchange"], name)
+            self.assertEqual(outer["overlapUpdate"], "OVERLAP_UPDATE_EAGER",
+                             name)
+        args = types.SimpleNamespace(algorithm="diloco-overlap", corpus=None,
+                                     rounds=None, seed=4)
+        outer = netns_cluster.Run.job_spec(
+            types.SimpleNamespace(sc=sc, args=args))["outer"]
+        self.assertTrue(outer["overlapExchange"])
+        self.assertNotIn("overlapUpdate", outer)
 
     def assert_error(self, text, *needles):
         path = write(text)

@@ -8,6 +8,7 @@
 //   GASLoC         gasloc_gossip.cc              gossip_algorithm.h
 //   D-PSGD         dpsgd.cc                      gossip_algorithm.h
 //   DiLoCo         diloco.cc                     ring_algorithm.h
+//     eager (outer.overlap_update)               eager_ring_algorithm.h
 //   local SGD      local_sgd.cc                  ring_algorithm.h
 //   data-parallel  data_parallel.cc              ring_algorithm.h
 //   outer.overlap_exchange wraps any of them: overlapped_exchange.h
@@ -161,6 +162,13 @@ class OuterAlgorithm {
   virtual absl::Status Prepare(OuterRound& round) {
     return round.steps->TakePlanned();
   }
+  // Overlapped rounds only (OverlappedExchange), on the round's thread at
+  // H_i before the exchange starts beside the inner steps: an outer step
+  // taken at once on the live `model` (DiLoCo's eager updates,
+  // eager_ring_algorithm.h); the exchange then runs on a copy of its
+  // result and the steps beside it start from there. Default: nothing.
+  virtual void StepBeforeExchange(OuterRound& /*round*/,
+                                  FloatArena& /*model*/) {}
   // The exchange and outer update of `model`: theta after the local phase
   // on entry, the round's result on exit.
   virtual absl::StatusOr<ExchangeResult> Exchange(OuterRound& round,

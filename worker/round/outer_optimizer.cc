@@ -71,6 +71,31 @@ void NesterovOuterStep(std::span<const float> theta_start,
   }
 }
 
+void EagerOuterStep(std::span<const float> theta_start,
+                    std::span<const float> theta_local,
+                    std::span<const float> others, int members, float lr,
+                    float mu, std::span<const float> momentum,
+                    std::span<float> momentum_next, std::span<float> own_g,
+                    std::span<float> theta_next) {
+  const size_t n = theta_next.size();
+  const float own_share = 1.0f / static_cast<float>(members);
+  for (size_t i = 0; i < n; ++i) {
+    const float g = theta_local[i] - theta_start[i];
+    own_g[i] = g;
+    const float ghat = others.empty() ? g * own_share : g * own_share + others[i];
+    const float v = mu * momentum[i] + ghat;
+    momentum_next[i] = v;
+    theta_next[i] = theta_start[i] + lr * (ghat + mu * v);
+  }
+}
+
+void OthersShare(std::span<const float> mean, std::span<const float> own,
+                 int members, std::span<float> others) {
+  const size_t n = others.size();
+  const float own_share = 1.0f / static_cast<float>(members);
+  for (size_t i = 0; i < n; ++i) others[i] = mean[i] - own[i] * own_share;
+}
+
 double L2Distance(std::span<const float> a, std::span<const float> b) {
   double sum = 0;
   for (size_t i = 0; i < a.size(); ++i) {

@@ -88,6 +88,29 @@ void NesterovOuterStep(std::span<const float> theta_start,
                        std::span<float> momentum_next,
                        std::span<float> theta_next);
 
+// DiLoCo's eager outer step (outer.overlap_update OVERLAP_UPDATE_EAGER;
+// Kale et al. 2025, arXiv 2502.12996), taken at H_i before the all-reduce
+// of the round's pseudo-gradient has ended, with this worker's own fresh
+// pseudo-gradient standing in for its share of the missing mean:
+//   g    = theta_local - theta_start                  (written to own_g)
+//   ghat = g / members + others                       (empty others: 0)
+//   v'   = mu * v + ghat;  theta' = theta_start + lr * (ghat + mu * v')
+// `others` is the others' share of the previous round's mean
+// (OthersShare). theta_next may alias theta_local; momentum_next as in
+// NesterovOuterStep.
+void EagerOuterStep(std::span<const float> theta_start,
+                    std::span<const float> theta_local,
+                    std::span<const float> others, int members, float lr,
+                    float mu, std::span<const float> momentum,
+                    std::span<float> momentum_next, std::span<float> own_g,
+                    std::span<float> theta_next);
+
+// others = mean - own / members: what an all-reduced mean of `members`
+// pseudo-gradients holds beside this worker's own. `others` may alias
+// `own`.
+void OthersShare(std::span<const float> mean, std::span<const float> own,
+                 int members, std::span<float> others);
+
 // ||a - b||_2, accumulated in double.
 double L2Distance(std::span<const float> a, std::span<const float> b);
 

@@ -24,6 +24,8 @@ absl::StatusOr<ExchangeResult> OverlappedExchange::Exchange(OuterRound& round,
     model_.emplace(model.shared_layout());
     base_.emplace(model.shared_layout());
   }
+  // An eager algorithm's outer step, before the steps beside the exchange.
+  exchange_->StepBeforeExchange(round, model);
   model_->CopyFrom(model);  // theta at H_i: what the exchange mixes
   base_->CopyFrom(model);
   v1::ReportRoundRequest exchanged;

@@ -7,7 +7,10 @@
 // the change those steps made. Those steps are the next round's first
 // inner steps: at its schedule position, and its pseudo-gradient is taken
 // from the mixed point, so the outer optimizer sees them like any other
-// (algorithms.md section 5, "Computing through the exchange").
+// (algorithms.md section 5, "Computing through the exchange"). An
+// algorithm that takes an outer step before its exchange
+// (OuterAlgorithm::StepBeforeExchange: DiLoCo's eager updates) takes it
+// on the live model first; the copy and the steps beside start from it.
 //
 // Thread safety: as OuterAlgorithm. The wrapped exchange runs on
 // thread_ (one for the job's life, not one per round) and touches only the

@@ -52,6 +52,18 @@ std::vector<RingMember> RingOf(const v1::Assignment& assignment,
   return ring;
 }
 
+std::vector<RingMember> RingOrSelf(const OuterContext& context,
+                                   OuterRound& round, int* rank) {
+  const uint64_t self = context.transport->self_id();
+  std::vector<RingMember> ring = RingOf(*round.assignment, self, rank);
+  if (*rank >= 0) return ring;
+  // Not in the ring (a malformed assignment): average over nobody.
+  round.report->set_failure_reason(
+      "this worker is not in the round's ring order");
+  *rank = 0;
+  return {{.worker_id = self, .address = ""}};
+}
+
 ExchangeResult RingExchange(const OuterContext& context, OuterRound& round,
                             const std::vector<RingMember>& ring, int rank,
                             std::span<float> data, std::span<float> scratch) {
@@ -83,16 +95,7 @@ absl::StatusOr<ExchangeResult> PseudoGradientRing::Exchange(OuterRound& round,
   OuterBuffers& b = *context_.buffers;
   PseudoGradient(b.theta_start.flat(), model.flat(), b.y.flat());
   int rank = -1;
-  const uint64_t self = context_.transport->self_id();
-  std::vector<RingMember> ring = RingOf(*round.assignment, self, &rank);
-  if (rank < 0) {
-    // Not in the ring (a malformed assignment): average over nobody.
-    round.report->set_failure_reason(
-        "this worker is not in the round's ring order");
-    ring.clear();
-    ring.push_back({.worker_id = self, .address = ""});
-    rank = 0;
-  }
+  const std::vector<RingMember> ring = RingOrSelf(context_, round, &rank);
   ExchangeResult result =
       RingExchange(context_, round, ring, rank, b.y.flat(), b.scratch.flat());
   if (result.resync) {

@@ -2,7 +2,8 @@
 // all-reduce with its traffic and failure recorded (RingExchange), the
 // replica checksum, and the pseudo-gradient ring of DiLoCo (algorithms/diloco.cc) and
 // local SGD (algorithms/local_sgd.cc). Data-parallel (algorithms/data_parallel.cc) averages
-// gradients over the same ring.
+// gradients over the same ring; DiLoCo's eager variant is
+// eager_ring_algorithm.h.
 //
 // A failed ring applies nothing (theta and the outer state stay at the
 // round's start) and asks the runner to re-synchronise the replica
@@ -44,6 +45,12 @@ const FloatArena& ReplicatedParameters(const OuterBuffers& buffers,
 std::vector<RingMember> RingOf(const v1::Assignment& assignment,
                                uint64_t self_id, int* rank);
 
+// The ring this worker all-reduces over in `round`: RingOf, or, when it is
+// not in the round's ring order (a malformed assignment), itself alone,
+// the reason in the report.
+std::vector<RingMember> RingOrSelf(const OuterContext& context,
+                                   OuterRound& round, int* rank);
+
 // The mean of `data` over `ring` in place (`scratch` is the model's size),
 // its traffic and timing in the report. A failure is recorded (failed
 // peers with their codes, the reason) and returned as a re-sync.
@@ -84,8 +91,10 @@ class PseudoGradientRing : public OuterAlgorithm {
     return budget;
   }
 
- private:
+ protected:
   OuterContext context_;
+
+ private:
   bool pending_ = false;  // v_t is in buffers->scratch, for Apply
 };
 

@@ -159,10 +159,11 @@ absl::Status RoundRunner::FinishRound(const v1::Assignment& assignment,
   RETURN_IF_ERROR(EvaluateIfDue(assignment, report));
   // What the coordinator compares across the round's replicas: taken
   // last, so it covers whatever the round left in the model.
-  if (std::optional<uint32_t> checksum = algorithm.ReplicaChecksum()) {
-    report->set_replica_checksum(*checksum);
+  const std::optional<uint32_t> checksum = algorithm.ReplicaChecksum();
+  if (checksum) report->set_replica_checksum(*checksum);
+  // (DiLoCo's eager variant has no checksum after a failed ring.)
+  if (checksum || exchanged.resync)
     report->set_replica_behind(next_round_ != round + 1);
-  }
   return absl::OkStatus();
 }
 

@@ -70,6 +70,85 @@ TEST(OuterOptimizer, NesterovMatchesTheFormula) {
   }
 }
 
+// DiLoCo's eager updates (algorithms.md section 5; Kale et al. 2025): one
+// step against the formula in fp32, to the bit, the first round (no
+// others' share) included.
+TEST(OuterOptimizer, EagerStepMatchesTheFormulaToTheBit) {
+  std::mt19937 rng(5);
+  const size_t dim = 37;
+  const int members = 3;
+  const float lr = 0.7f, mu = 0.9f;
+  const Vec start = RandomVec(rng, dim, 1.0f), local = RandomVec(rng, dim, 1.0f);
+  const Vec others = RandomVec(rng, dim, 0.3f), v = RandomVec(rng, dim, 0.2f);
+  for (bool first_round : {true, false}) {
+    SCOPED_TRACE(first_round);
+    Vec v_next(dim), g(dim), next = local;
+    EagerOuterStep(start, next, first_round ? Vec() : others, members, lr, mu,
+                   v, v_next, g, next);  // theta_next aliases theta_local
+    for (size_t i = 0; i < dim; ++i) {
+      const float gi = local[i] - start[i];
+      const float own = gi * (1.0f / members);
+      const float ghat = first_round ? own : own + others[i];
+      const float vi = mu * v[i] + ghat;
+      ASSERT_EQ(g[i], gi) << i;
+      ASSERT_EQ(v_next[i], vi) << i;
+      ASSERT_EQ(next[i], start[i] + lr * (ghat + mu * vi)) << i;
+    }
+  }
+}
+
+// Several rounds of three workers against a plain double-precision loop of
+// the rule in the paper's form: worker i steps with
+// ghat_t^i = (1/n) g_t^i + (1/n) sum_{j != i} g_{t-1}^j from its own round
+// start and momentum. The code keeps (mean - own / n) of the previous round
+// (OthersShare, written in place of the own pseudo-gradient).
+TEST(OuterOptimizer, EagerRoundsMatchAPlainLoopOfTheRule) {
+  const int n = 3, dim = 65, rounds = 6;
+  const float lr = 0.7f, mu = 0.9f;
+  std::mt19937 rng(17);
+  std::vector<Vec> theta(n, RandomVec(rng, dim, 1.0f)), v(n, Vec(dim, 0.0f));
+  std::vector<Vec> share(n, Vec(dim));  // the code's others' share
+  std::vector<std::vector<double>> ref_theta(n), ref_v(n, std::vector<double>(dim));
+  for (int i = 0; i < n; ++i) ref_theta[i].assign(theta[i].begin(), theta[i].end());
+  std::vector<Vec> g_prev;  // the reference's g_{t-1}^j
+  for (int t = 0; t < rounds; ++t) {
+    SCOPED_TRACE(t);
+    std::vector<Vec> g(n);
+    for (int i = 0; i < n; ++i) g[i] = RandomVec(rng, dim, 0.1f);  // H_i steps
+    // The code: eager step, then the all-reduced mean, then the share.
+    std::vector<Vec> own(n, Vec(dim));
+    for (int i = 0; i < n; ++i) {
+      Vec local(dim), v_next(dim);
+      for (int k = 0; k < dim; ++k) local[k] = theta[i][k] + g[i][k];
+      EagerOuterStep(theta[i], local, t == 0 ? Vec() : share[i], n, lr, mu,
+                     v[i], v_next, own[i], theta[i]);
+      v[i] = v_next;
+    }
+    Vec mean(dim, 0.0f);
+    for (int k = 0; k < dim; ++k) {
+      for (int i = 0; i < n; ++i) mean[k] += own[i][k];
+      mean[k] *= 1.0f / n;
+    }
+    for (int i = 0; i < n; ++i) OthersShare(mean, own[i], n, share[i]);
+    // The reference, from the same local points.
+    for (int i = 0; i < n; ++i) {
+      for (int k = 0; k < dim; ++k) {
+        double ghat = static_cast<double>(own[i][k]) / n;
+        if (t > 0)
+          for (int j = 0; j < n; ++j)
+            if (j != i) ghat += static_cast<double>(g_prev[j][k]) / n;
+        ref_v[i][k] = mu * ref_v[i][k] + ghat;
+        ref_theta[i][k] += lr * (ghat + mu * ref_v[i][k]);
+        ASSERT_NEAR(theta[i][k], ref_theta[i][k], 2e-5) << i << " " << k;
+        ASSERT_NEAR(v[i][k], ref_v[i][k], 2e-5) << i << " " << k;
+      }
+    }
+    g_prev = own;
+  }
+  // The rule parts the workers: each holds its own model.
+  EXPECT_NE(theta[0], theta[1]);
+}
+
 // algorithms.md section 3: GASLoC on the complete graph with full averaging
 // (alpha * lambda = 1/n), eta = lr, gamma = mu, y_{-1} = theta_0 gives the
 // DiLoCo theta sequence. The recursion u_t - mu u_{t-1} = lr((1+mu) gbar_t -

@@ -4,6 +4,7 @@
 // cancelled or a step fails beside the exchange.
 #include "worker/round/overlapped_exchange.h"
 
+#include <future>
 #include <memory>
 #include <string>
 #include <thread>
@@ -13,6 +14,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/support/wait_for.h"
+#include "tests/worker/round/fail_step_transport.h"
 #include "tests/worker/round/fake_trainer.h"
 #include "tests/worker/round/sim_worker.h"
 
@@ -315,6 +317,166 @@ TEST(OverlappedExchange, DilocoReplicasAgreeOnTheRoundsResult) {
   ASSERT_TRUE(plain.reports[0][0].ok()) << plain.reports[0][0].status();
   EXPECT_EQ(Values(once.w[0]->runner.replicated_params()),
             Values(plain.w[0]->trainer.params()));
+}
+
+// One worker of DiLoCo with eager updates, replayed in plain loops from
+// its reports: its own round start, momentum and live model; the rule
+// ghat_t^i = g_t^i / n + sum_{j != i} g_{t-1}^j / n (algorithms.md
+// section 5), the steps beside the all-reduce taken from the eager step's
+// result.
+struct EagerReplay {
+  EagerReplay(float target, const v1::JobSpec& spec)
+      : trainer(testing::FakeLayout(), target),
+        start(Values(trainer.params())),
+        v(start.size(), 0.0f),
+        lr(spec.outer().lr()),
+        mu(spec.outer().mu()) {}
+  void Steps(uint32_t k) {
+    for (uint32_t h = 0; h < k; ++h) ASSERT_TRUE(trainer.Step().ok());
+  }
+  // The planned steps; returns g_t^i.
+  std::vector<float> Local(uint32_t planned) {
+    Steps(planned);
+    std::vector<float> g = Values(trainer.params());
+    for (size_t k = 0; k < g.size(); ++k) g[k] -= start[k];
+    return g;
+  }
+  // The eager step with `others` = sum_{j != i} g_{t-1}^j (empty in round
+  // 0), then the steps beside the all-reduce.
+  void Eager(const std::vector<float>& g, const std::vector<float>& others,
+             int n, uint32_t beside) {
+    float* live = trainer.params().data();
+    for (size_t k = 0; k < g.size(); ++k) {
+      const double ghat = (g[k] + (others.empty() ? 0.0 : others[k])) / n;
+      v[k] = static_cast<float>(mu * v[k] + ghat);
+      start[k] = static_cast<float>(start[k] + lr * (ghat + mu * v[k]));
+      live[k] = start[k];
+    }
+    Steps(beside);
+  }
+  testing::FakeTrainer trainer;
+  std::vector<float> start, v;
+  double lr, mu;
+};
+
+// DiLoCo with eager updates (outer.overlap_update EAGER): three replicas,
+// the third 250 ms a step. At H_i each takes its outer step at once with
+// its own fresh pseudo-gradient standing in for its share of the missing
+// mean, and the fast ones keep stepping from there beside the ring (H_i
+// steps, then they wait). Over four rounds every replica reports the same
+// checksum (over the all-reduced mean, the state the rule shares), while
+// their parameters and round starts are their own; both match a replay
+// of the rule in plain loops from the reports' step counts. Before, the
+// factory ignored the option (the delayed rule): the steps beside started
+// from theta at H_i and the result was carried onto the mean's step.
+TEST(OverlappedExchange, DilocoEagerReplicasAgreeOnTheMeanAndFollowTheRule) {
+  v1::JobSpec spec = Spec(v1::ALGORITHM_DILOCO);
+  spec.mutable_outer()->set_local_steps(10);
+  spec.mutable_outer()->set_min_local_steps(1);
+  spec.mutable_outer()->set_overlap_exchange(true);
+  spec.mutable_outer()->set_overlap_update(v1::OVERLAP_UPDATE_EAGER);
+  ASSERT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+  constexpr uint32_t kSteps = 4;
+  constexpr int kRounds = 4;
+  const float targets[] = {+1.0f, -1.0f, +0.5f};
+  InProcessNetwork network;
+  std::vector<std::unique_ptr<SimWorker>> w;
+  for (uint64_t id = 1; id <= 3; ++id)
+    w.push_back(std::make_unique<SimWorker>(network, id, spec, targets[id - 1]));
+  w[0]->trainer.SleepOnEveryStep(absl::Milliseconds(20));
+  w[1]->trainer.SleepOnEveryStep(absl::Milliseconds(20));
+  w[2]->trainer.SleepOnEveryStep(absl::Milliseconds(250));
+  std::vector<EagerReplay> replay;
+  for (float target : targets) replay.emplace_back(target, spec);
+  std::vector<std::vector<float>> g_prev;
+  for (int round = 0; round < kRounds; ++round) {
+    SCOPED_TRACE(round);
+    const auto reports = testing::RunAll(
+        w, std::vector<v1::Assignment>(
+               3, testing::RingAssignment(round, 3, kSteps)));
+    for (const auto& report : reports) {
+      ASSERT_TRUE(report.ok()) << report.status();
+      EXPECT_EQ(report->failed_peers_size(), 0);
+      EXPECT_NE(report->replica_checksum(), 0u);
+      EXPECT_EQ(report->replica_checksum(), reports[0]->replica_checksum());
+      EXPECT_FALSE(report->replica_behind());
+    }
+    for (int fast = 0; fast < 2; ++fast)
+      EXPECT_EQ(reports[fast]->overlap_steps(), kSteps);
+    std::vector<std::vector<float>> g;
+    for (auto& r : replay) g.push_back(r.Local(kSteps));
+    for (size_t i = 0; i < replay.size(); ++i) {
+      std::vector<float> others;
+      if (!g_prev.empty()) {
+        others.assign(g[i].size(), 0.0f);
+        for (size_t j = 0; j < g_prev.size(); ++j)
+          if (j != i)
+            for (size_t k = 0; k < others.size(); ++k)
+              others[k] += g_prev[j][k];
+      }
+      replay[i].Eager(g[i], others, 3, reports[i]->overlap_steps());
+    }
+    g_prev = g;
+    for (size_t i = 0; i < w.size(); ++i) {
+      SCOPED_TRACE(i);
+      const std::vector<float> params = Values(w[i]->trainer.params());
+      const std::vector<float> start = Values(w[i]->runner.replicated_params());
+      const std::vector<float> expected = Values(replay[i].trainer.params());
+      for (size_t k = 0; k < params.size(); ++k) {
+        ASSERT_NEAR(params[k], expected[k], 1e-5f) << "element " << k;
+        ASSERT_NEAR(start[k], replay[i].start[k], 1e-5f) << "element " << k;
+      }
+    }
+  }
+  // The rule gives each replica its own model (the checksum does not
+  // cover it).
+  EXPECT_NE(Values(w[0]->runner.replicated_params()),
+            Values(w[1]->runner.replicated_params()));
+}
+
+// Eager updates and a failed ring: worker 1's last all-gather step of
+// round 0 fails while workers 2 and 3 complete the ring. Worker 1 drops
+// the round, its eager step included (its round start is theta_0 again),
+// and with no member to re-synchronise from it reports itself behind and
+// no checksum: it holds no mean of the round. Before, the runner set
+// replica_behind only beside a checksum, so the coordinator would not have
+// known.
+TEST(OverlappedExchange, DilocoEagerRoundWithAFailedRingIsDropped) {
+  v1::JobSpec spec = Spec(v1::ALGORITHM_DILOCO, 2000);
+  spec.mutable_outer()->set_local_steps(10);
+  spec.mutable_outer()->set_min_local_steps(1);
+  spec.mutable_outer()->set_overlap_exchange(true);
+  spec.mutable_outer()->set_overlap_update(v1::OVERLAP_UPDATE_EAGER);
+  InProcessNetwork network;
+  FakeTrainer trainer(FakeLayout(), +1.0f);
+  const std::vector<float> theta_0 = Values(trainer.params());
+  testing::FailStepTransport<InProcessTransport> transport(
+      network.Join(1), TransferKey{.job_id = testing::kJob,
+                                   .round = 0,
+                                   .phase = v1::EXCHANGE_PHASE_ALL_GATHER,
+                                   .step = 1});
+  RoundRunner first({testing::kJob, spec, {}}, &trainer, &transport,
+                    &RealClock::Get());
+  SimWorker second(network, 2, spec, -1.0f), third(network, 3, spec, 0.5f);
+  const v1::Assignment assignment = testing::RingAssignment(0, 3, 4);
+  absl::StatusOr<v1::ReportRoundRequest> failed = absl::UnknownError("not run");
+  std::thread t([&] { failed = first.RunRound(assignment); });
+  auto r2 = std::async(std::launch::async,
+                       [&] { return second.runner.RunRound(assignment); });
+  auto r3 = third.runner.RunRound(assignment);
+  auto r2_report = r2.get();
+  t.join();
+  ASSERT_TRUE(failed.ok()) << failed.status();
+  EXPECT_GT(failed->failed_peers_size(), 0);
+  EXPECT_EQ(failed->replica_checksum(), 0u);
+  EXPECT_TRUE(failed->replica_behind());
+  EXPECT_EQ(Values(first.replicated_params()), theta_0);
+  for (const auto* report : {&r2_report, &r3}) {
+    ASSERT_TRUE(report->ok()) << report->status();
+    EXPECT_NE((*report)->replica_checksum(), 0u);
+    EXPECT_EQ((*report)->replica_checksum(), r2_report->replica_checksum());
+    EXPECT_FALSE((*report)->replica_behind());
+  }
 }
 
 }  // namespace
