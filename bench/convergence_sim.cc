@@ -47,6 +47,7 @@ v1::JobSpec SpecFor(const SimOptions& o) {
       outer->set_topology(v1::TOPOLOGY_RANDOM_TWO_PEER);
       break;
     case SimAlgorithm::kDiloco:
+    case SimAlgorithm::kDilocoEager:
       outer->set_algorithm(v1::ALGORITHM_DILOCO);
       break;
     case SimAlgorithm::kDpsgd:
@@ -57,7 +58,8 @@ v1::JobSpec SpecFor(const SimOptions& o) {
       outer->set_topology(v1::TOPOLOGY_RANDOM_TWO_PEER);
       break;
   }
-  const bool diloco = o.algorithm == SimAlgorithm::kDiloco;
+  const bool diloco = o.algorithm == SimAlgorithm::kDiloco ||
+                      o.algorithm == SimAlgorithm::kDilocoEager;
   if (o.outer_lr >= 0) {
     if (diloco) outer->set_lr(static_cast<float>(o.outer_lr));
     else outer->set_eta(static_cast<float>(o.outer_lr));
@@ -141,8 +143,10 @@ struct Replica {
         sent(layout),
         momentum(layout),
         momentum_next(layout),
-        grad(layout) {}
+        grad(layout),
+        others(layout) {}
   FloatArena theta, start, sent, momentum, momentum_next, grad;
+  FloatArena others;  // diloco-eager: the others' share of the last mean
   std::unique_ptr<AdamW> adamw;
   AdamWOptions schedule;  // SGD's learning-rate schedule
   SplitMix64 rng{0};
@@ -264,6 +268,48 @@ class RingRule final : public OuterRule {
   const SimOptions& options_;
 };
 
+// DiLoCo's eager-updates rule (EagerPseudoGradientRing's update, without
+// its overlap: the ring's time is RingRule's): each worker's outer step
+// from its own round start with its own fresh pseudo-gradient / n plus
+// the others' share of the previous round's mean (EagerOuterStep), then
+// the mean of this round's pseudo-gradients, taken directly, leaves the
+// others' share for the next round (OthersShare).
+class EagerRingRule final : public OuterRule {
+ public:
+  EagerRingRule(const v1::JobSpec& spec, const SimOptions& o)
+      : spec_(spec), ring_(spec, o) {}
+
+  std::vector<double> Leave(const RoundSchedule& s,
+                            const std::vector<double>& arrive) const override {
+    return ring_.Leave(s, arrive);
+  }
+
+  void Update(const RoundSchedule& /*s*/,
+              std::vector<Replica>& replicas) const override {
+    const auto& outer = spec_.outer();
+    const int n = static_cast<int>(replicas.size());
+    const size_t size = replicas[0].theta.size();
+    std::vector<double> sum(size, 0);
+    for (Replica& r : replicas) {
+      EagerOuterStep(r.start.flat(), r.theta.flat(), r.others.flat(), n,
+                     outer.lr(), outer.mu(), r.momentum.flat(),
+                     r.momentum_next.flat(), r.sent.flat(), r.theta.flat());
+      for (size_t k = 0; k < size; ++k) sum[k] += r.sent.flat()[k];
+    }
+    std::vector<float> mean(size);
+    for (size_t k = 0; k < size; ++k)
+      mean[k] = static_cast<float>(sum[k] / n);
+    for (Replica& r : replicas) {
+      OthersShare(mean, r.sent.flat(), n, r.others.flat());
+      std::swap(r.momentum, r.momentum_next);
+    }
+  }
+
+ private:
+  const v1::JobSpec& spec_;
+  RingRule ring_;
+};
+
 SimPoint Evaluate(const Objective& objective,
                   const std::vector<Replica>& replicas) {
   std::vector<std::span<const float>> models;
@@ -348,6 +394,8 @@ const char* SimAlgorithmName(SimAlgorithm algorithm) {
       return "dpsgd";
     case SimAlgorithm::kDpsgdTwoPeer:
       return "dpsgd-2peer";
+    case SimAlgorithm::kDilocoEager:
+      return "diloco-eager";
   }
   return "?";
 }
@@ -355,11 +403,11 @@ const char* SimAlgorithmName(SimAlgorithm algorithm) {
 absl::StatusOr<SimAlgorithm> ParseSimAlgorithm(const std::string& name) {
   for (SimAlgorithm a : {SimAlgorithm::kGasloc, SimAlgorithm::kGaslocTwoPeer,
                          SimAlgorithm::kDiloco, SimAlgorithm::kDpsgd,
-                         SimAlgorithm::kDpsgdTwoPeer})
+                         SimAlgorithm::kDpsgdTwoPeer, SimAlgorithm::kDilocoEager})
     if (name == SimAlgorithmName(a)) return a;
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown algorithm \"", name,
-                   "\" (gasloc, gasloc-2peer, diloco, dpsgd, dpsgd-2peer)"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown algorithm \"", name,
+      "\" (gasloc, gasloc-2peer, diloco, dpsgd, dpsgd-2peer, diloco-eager)"));
 }
 
 absl::StatusOr<SimResult> RunConvergenceSim(const SimOptions& o) {
@@ -383,6 +431,8 @@ absl::StatusOr<SimResult> RunConvergenceSim(const SimOptions& o) {
   std::unique_ptr<OuterRule> rule;
   if (IsGossipAlgorithm(spec.outer().algorithm())) {
     rule = std::make_unique<GossipRule>(spec, o, n);
+  } else if (o.algorithm == SimAlgorithm::kDilocoEager) {
+    rule = std::make_unique<EagerRingRule>(spec, o);
   } else {
     rule = std::make_unique<RingRule>(spec, o);
   }

@@ -65,10 +65,15 @@ enum class SimAlgorithm {
   kDiloco,
   kDpsgd,
   kDpsgdTwoPeer,
+  kDilocoEager,
 };
 
 // "gasloc", "gasloc-2peer", "diloco", "dpsgd", "dpsgd-2peer" (two random
-// matchings a round: at 4 workers a ring, redrawn every round).
+// matchings a round: at 4 workers a ring, redrawn every round),
+// "diloco-eager" (DiLoCo's eager-updates rule, EagerOuterStep: the
+// worker's own fresh pseudo-gradient in place of its share of the mean,
+// the others' from the round before; the rule alone, without the
+// overlapped exchange it is meant for: the ring still blocks).
 const char* SimAlgorithmName(SimAlgorithm algorithm);
 absl::StatusOr<SimAlgorithm> ParseSimAlgorithm(const std::string& name);
 

@@ -196,6 +196,23 @@ TEST(ConvergenceSim, UniformBudgetsGiveEveryWorkerTheNominalSteps) {
   EXPECT_EQ(r->points.back().steps, 300u * 16);
 }
 
+// The eager rule with one worker is DiLoCo: its own pseudo-gradient is
+// the whole mean and the others' share is empty. With four it is not.
+TEST(ConvergenceSim, DilocoEagerRuleWithOneWorkerIsDiloco) {
+  auto run = [](SimAlgorithm a, uint32_t n) {
+    SimOptions o = Equal(a, n);
+    o.seconds = 20;
+    o.keep_models = true;
+    auto r = RunConvergenceSim(o);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? r->final_models : std::vector<std::vector<float>>{};
+  };
+  const auto diloco = run(SimAlgorithm::kDiloco, 1);
+  ASSERT_EQ(diloco.size(), 1u);
+  EXPECT_EQ(run(SimAlgorithm::kDilocoEager, 1), diloco);
+  EXPECT_NE(run(SimAlgorithm::kDilocoEager, 4), run(SimAlgorithm::kDiloco, 4));
+}
+
 // D-PSGD over two random matchings a round (at 4 workers a ring, redrawn
 // every round) mixes more than over one: a lower consensus distance.
 TEST(ConvergenceSim, TwoPeerDpsgdKeepsItsWorkersCloserThanOnePeer) {
