@@ -71,9 +71,11 @@ TEST(OuterOptimizer, NesterovMatchesTheFormula) {
 }
 
 // DiLoCo's eager updates (algorithms.md section 5; Kale et al. 2025): one
-// step against the formula in fp32, to the bit, the first round (no
-// others' share) included.
-TEST(OuterOptimizer, EagerStepMatchesTheFormulaToTheBit) {
+// step against the formula in fp32, the first round (no others' share)
+// included. The pseudo-gradient is exact; the rest to 4 ulps, not to the
+// bit: whether a * b + c is fused into one FMA differs between builds
+// (the sanitizer build's CI run differed in the last bit).
+TEST(OuterOptimizer, EagerStepMatchesTheFormula) {
   std::mt19937 rng(5);
   const size_t dim = 37;
   const int members = 3;
@@ -91,8 +93,8 @@ TEST(OuterOptimizer, EagerStepMatchesTheFormulaToTheBit) {
       const float ghat = first_round ? own : own + others[i];
       const float vi = mu * v[i] + ghat;
       ASSERT_EQ(g[i], gi) << i;
-      ASSERT_EQ(v_next[i], vi) << i;
-      ASSERT_EQ(next[i], start[i] + lr * (ghat + mu * vi)) << i;
+      ASSERT_FLOAT_EQ(v_next[i], vi) << i;
+      ASSERT_FLOAT_EQ(next[i], start[i] + lr * (ghat + mu * vi)) << i;
     }
   }
 }
