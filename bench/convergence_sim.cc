@@ -223,6 +223,19 @@ class GossipRule final : public OuterRule {
   coordinator::EdgeWeights weights_;
 };
 
+// The ring all-reduce's mean of every replica's `sent`, taken directly in
+// double precision (header comment).
+std::vector<float> MeanOfSent(const std::vector<Replica>& replicas) {
+  const size_t size = replicas[0].sent.size();
+  std::vector<double> sum(size, 0);
+  for (const Replica& r : replicas)
+    for (size_t k = 0; k < size; ++k) sum[k] += r.sent.flat()[k];
+  std::vector<float> mean(size);
+  for (size_t k = 0; k < size; ++k)
+    mean[k] = static_cast<float>(sum[k] / static_cast<double>(replicas.size()));
+  return mean;
+}
+
 // DiLoCo: PseudoGradientRing::Exchange's calls; the ring's mean is taken
 // directly (header comment).
 class RingRule final : public OuterRule {
@@ -248,16 +261,9 @@ class RingRule final : public OuterRule {
   void Update(const RoundSchedule& /*s*/,
               std::vector<Replica>& replicas) const override {
     const auto& outer = spec_.outer();
-    const size_t size = replicas[0].theta.size();
-    std::vector<double> sum(size, 0);
-    for (Replica& r : replicas) {
+    for (Replica& r : replicas)
       PseudoGradient(r.start.flat(), r.theta.flat(), r.sent.flat());
-      for (size_t k = 0; k < size; ++k) sum[k] += r.sent.flat()[k];
-    }
-    std::vector<float> mean(size);
-    for (size_t k = 0; k < size; ++k)
-      mean[k] =
-          static_cast<float>(sum[k] / static_cast<double>(replicas.size()));
+    const std::vector<float> mean = MeanOfSent(replicas);
     for (Replica& r : replicas)
       NesterovOuterStep(r.start.flat(), mean, outer.lr(), outer.mu(),
                         r.momentum.flat(), r.momentum.flat(), r.theta.flat());
@@ -288,17 +294,11 @@ class EagerRingRule final : public OuterRule {
               std::vector<Replica>& replicas) const override {
     const auto& outer = spec_.outer();
     const int n = static_cast<int>(replicas.size());
-    const size_t size = replicas[0].theta.size();
-    std::vector<double> sum(size, 0);
-    for (Replica& r : replicas) {
+    for (Replica& r : replicas)
       EagerOuterStep(r.start.flat(), r.theta.flat(), r.others.flat(), n,
                      outer.lr(), outer.mu(), r.momentum.flat(),
                      r.momentum_next.flat(), r.sent.flat(), r.theta.flat());
-      for (size_t k = 0; k < size; ++k) sum[k] += r.sent.flat()[k];
-    }
-    std::vector<float> mean(size);
-    for (size_t k = 0; k < size; ++k)
-      mean[k] = static_cast<float>(sum[k] / n);
+    const std::vector<float> mean = MeanOfSent(replicas);
     for (Replica& r : replicas) {
       OthersShare(mean, r.sent.flat(), n, r.others.flat());
       std::swap(r.momentum, r.momentum_next);
