@@ -138,12 +138,12 @@ int Run(int argc, char** argv) {
   const double gflops = (*model)->TrainingFlops(batch, T) / step_s / 1e9;
   const double peak = MatmulGflops(batch * T, config.d_model,
                                    bf16 ? kernels::dt::bf16 : kernels::dt::f32);
-  double total = 0;
-  for (double s : (*model)->profile()) total += s;
+  const TransformerModel::OpProfile& profile = (*model)->profile();
+  const double total = profile.total();
   std::printf("time by operation (%d steps, profiled):\n", steps);
   std::string breakdown;
   for (int op = 0; op < TransformerModel::kOpCount; ++op) {
-    const double s = (*model)->profile()[op];
+    const double s = profile.forward[op] + profile.backward[op];
     std::printf("  %-14s %8.2f ms/step %5.1f%%\n", TransformerModel::OpName(op),
                 s / steps * 1e3, 100.0 * s / total);
     breakdown += std::string(op ? ", " : "") + "\"" +

@@ -31,6 +31,7 @@
 #include "common/omp_wait_policy.h"
 #include "dnnl.hpp"
 #include "worker/model/kernels.h"
+#include "worker/model/transformer.h"
 #include "worker/train/trainer.h"
 
 namespace gasloc::bench {
@@ -41,7 +42,7 @@ constexpr char kUsage[] =
     "[--heads=N] [--ctx=N] [--batch=N] [--threads=2] [--dtype=fp32|bf16] "
     "[--steps=10] [--warmup=2] [--data=FILE] [--compare-torch] "
     "[--matmul-peak] [--linear-floor (default; --nolinear-floor skips)] "
-    "[--rounds=1]\n";
+    "[--rounds=1] [--profile]\n";
 
 struct BenchOptions {
   std::string preset = "S";
@@ -57,6 +58,10 @@ struct BenchOptions {
   // precision computed (--nolinear-floor skips it).
   bool linear_floor = true;
   int rounds = 1;  // --compare-torch: alternating runs, median ratio
+  // Time per operation class of the model, forward and backward, over the
+  // timed steps (TransformerModel's profile; off by default: it reads the
+  // clock around every operation).
+  bool profile = false;
 };
 
 double Seconds(std::chrono::steady_clock::time_point a,
@@ -82,7 +87,8 @@ bool ParseArgs(int argc, char** argv, BenchOptions* o) {
                    {"data", &o->data}};
   flags.bools = {{"compare-torch", &o->compare_torch},
                  {"matmul-peak", &o->matmul_peak},
-                 {"linear-floor", &o->linear_floor}};
+                 {"linear-floor", &o->linear_floor},
+                 {"profile", &o->profile}};
   return ParseBenchFlags(argc, argv, "gasloc-bench train", kUsage, flags);
 }
 
@@ -193,7 +199,56 @@ struct OursResult {
   uint64_t params = 0;
   double tokens_per_s = 0, ms_per_step = 0, fwd_bwd_ms = 0, optimizer_ms = 0;
   double peak_rss_bytes = 0, gflops = 0, fwd_bwd_gflops = 0;
+  // --profile: the model's operation times over the timed steps, and the
+  // mean fwd+bwd and optimizer times of those same steps.
+  std::optional<TransformerModel::OpProfile> profile;
+  int profiled_steps = 0;
+  double profiled_fwd_bwd_s = 0, profiled_optimizer_s = 0;
 };
+
+// Prints the --profile table (ms per step by operation class, forward and
+// backward; what the step spends outside the model) and returns its JSON
+// object. `floor_ms` > 0: the linear layers' share is shown beside it.
+std::string ReportProfile(const OursResult& r, double floor_ms) {
+  const TransformerModel::OpProfile& p = *r.profile;
+  const double n = std::max(1, r.profiled_steps);
+  const double step_ms =
+      (r.profiled_fwd_bwd_s + r.profiled_optimizer_s) / n * 1e3;
+  std::printf("time by operation class, ms per step (mean of %d steps; "
+              "step %.1f ms) [%s]:\n",
+              r.profiled_steps, step_ms, kernels::ComputeSummary().c_str());
+  std::printf("  %-22s %9s %9s %9s %6s\n", "operation", "forward",
+              "backward", "total", "share");
+  std::string json = "{";
+  double linear_ms = 0;
+  const auto row = [&](const std::string& name, double fwd_ms,
+                       double bwd_ms) {
+    std::printf("  %-22s %9.2f %9.2f %9.2f %5.1f%%\n", name.c_str(), fwd_ms,
+                bwd_ms, fwd_ms + bwd_ms, 100.0 * (fwd_ms + bwd_ms) / step_ms);
+    absl::StrAppend(&json, json.size() > 1 ? ", " : "", "\"", name,
+                    "\": [", absl::StrFormat("%.3f, %.3f", fwd_ms, bwd_ms),
+                    "]");
+  };
+  for (int op = 0; op < TransformerModel::kOpCount; ++op) {
+    const double fwd_ms = p.forward[op] / n * 1e3;
+    const double bwd_ms = p.backward[op] / n * 1e3;
+    if (TransformerModel::IsLinearOp(op)) linear_ms += fwd_ms + bwd_ms;
+    row(TransformerModel::OpName(op), fwd_ms, bwd_ms);
+  }
+  // The step outside the model's operations: batch sampling and the
+  // gradient's norm in ComputeGradients, clipping and AdamW after it.
+  row("data_and_grad_norm", 0, r.profiled_fwd_bwd_s / n * 1e3 - p.total() / n * 1e3);
+  row("optimizer", 0, r.profiled_optimizer_s / n * 1e3);
+  std::printf("  linear layers (qkv, proj, fc, fc2, head) %.1f ms = %.1f%% of "
+              "the step",
+              linear_ms, 100.0 * linear_ms / step_ms);
+  if (floor_ms > 0) {
+    std::printf("; alone (the floor) %.1f ms; everything else %.1f ms",
+                floor_ms, step_ms - linear_ms);
+  }
+  std::printf("\n");
+  return json + "}";
+}
 
 // `floor_ms` > 0: each step line also shows its ratio to the floor.
 absl::StatusOr<OursResult> RunOurs(const BenchOptions& o,
@@ -205,9 +260,22 @@ absl::StatusOr<OursResult> RunOurs(const BenchOptions& o,
   auto trainer = Trainer::Create(options);
   if (!trainer.ok()) return trainer.status();
   Trainer& t = **trainer;
+  // Only the transformer has a profile (a bounded-horizon job's model has
+  // none; the bench trains the default, global backprop).
+  auto* transformer = dynamic_cast<TransformerModel*>(&t.model());
+  if (o.profile && transformer == nullptr) {
+    return absl::FailedPreconditionError(
+        "--profile: this job's model is not a TransformerModel");
+  }
+  OursResult r;
   std::vector<double> step_s, fwd_bwd_s, optimizer_s;
   const std::string computed = ComputedPrecision(o.dtype);
   for (int i = 0; i < o.steps; ++i) {
+    const bool timed = i >= o.warmup || o.steps <= o.warmup;
+    if (o.profile && timed && r.profiled_steps == 0) {
+      transformer->ResetProfile();
+      transformer->EnableProfile(true);
+    }
     const auto t0 = std::chrono::steady_clock::now();
     auto loss = t.ComputeGradients();
     const auto t1 = std::chrono::steady_clock::now();
@@ -226,7 +294,12 @@ absl::StatusOr<OursResult> RunOurs(const BenchOptions& o,
                 Seconds(t1, t2) * 1e3, t.tokens_per_step() / s,
                 computed.c_str(), floor_note.c_str());
     std::fflush(stdout);
-    if (i >= o.warmup || o.steps <= o.warmup) {
+    if (timed) {
+      if (o.profile) {
+        ++r.profiled_steps;
+        r.profiled_fwd_bwd_s += Seconds(t0, t1);
+        r.profiled_optimizer_s += Seconds(t1, t2);
+      }
       step_s.push_back(s);
       fwd_bwd_s.push_back(Seconds(t0, t1));
       optimizer_s.push_back(Seconds(t1, t2));
@@ -236,7 +309,10 @@ absl::StatusOr<OursResult> RunOurs(const BenchOptions& o,
   const double flops = t.model().TrainingFlops(t.batch(), t.config().context);
   struct rusage usage;
   ::getrusage(RUSAGE_SELF, &usage);
-  OursResult r;
+  if (o.profile) {
+    transformer->EnableProfile(false);
+    r.profile = transformer->profile();
+  }
   r.params = t.params().layout().parameter_count();
   r.tokens_per_s = t.tokens_per_step() / median;
   r.ms_per_step = median * 1e3;
@@ -423,6 +499,9 @@ int RunTrainBenchUnguarded(int argc, char** argv) {
   add("peak_rss_bytes", absl::StrFormat("%.0f", ours.peak_rss_bytes));
   add("achieved_gflops", absl::StrFormat("%.1f", ours.gflops));
   add("fwd_bwd_gflops", absl::StrFormat("%.1f", ours.fwd_bwd_gflops));
+  if (ours.profile.has_value()) {
+    add("profile_ms_fwd_bwd", ReportProfile(ours, floor_ms));
+  }
   if (floor_ms > 0) {
     add("step_over_linear_floor",
         absl::StrFormat("%.3f", ours.ms_per_step / floor_ms));

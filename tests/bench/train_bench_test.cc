@@ -3,6 +3,7 @@
 // checked through the one JSON line the bench ends with.
 #include <cstdlib>
 #include <string>
+#include <utility>
 
 #include "gtest/gtest.h"
 #include "tests/support/bench_run.h"
@@ -79,6 +80,42 @@ TEST(TrainBenchTest, Bf16ReportsTheComputedPrecisionOnEveryCpu) {
   EXPECT_TRUE(JsonNumber(last, "speedup_vs_torch") > 0 ||
               last.find("\"torch_skipped\": \"PyTorch bf16 run failed") !=
                   std::string::npos) << last;
+}
+
+// --profile: the step split by operation class and pass, every class of
+// the model present, and the model's operations never more than the step
+// they were timed in (what the step spends outside them is its remainder,
+// so double counting would make that negative).
+TEST(TrainBenchTest, ProfileSplitsTheStepByOperationAndPass) {
+  const testing::BenchRun run = testing::RunBench(
+      "train --layers=1 --d-model=32 --heads=2 --ctx=32 --batch=2 "
+      "--threads=2 --steps=3 --warmup=1 --dtype=bf16 --nolinear-floor "
+      "--profile");
+  ASSERT_EQ(run.status, 0) << run.output;
+  EXPECT_NE(run.output.find("time by operation class, ms per step (mean of 2 "
+                            "steps"),
+            std::string::npos) << run.output;
+  const std::string& last = run.json;
+  const size_t at = last.find("\"profile_ms_fwd_bwd\": {");
+  ASSERT_NE(at, std::string::npos) << last;
+  // [forward, backward] of one class.
+  const auto pair = [&](const std::string& name) {
+    const size_t key = last.find("\"" + name + "\": [", at);
+    EXPECT_NE(key, std::string::npos) << name << " in " << last;
+    if (key == std::string::npos) return std::pair<double, double>(-1, -1);
+    char* end = nullptr;
+    const double fwd = std::strtod(last.c_str() + last.find('[', key) + 1, &end);
+    return std::pair<double, double>(fwd, std::strtod(end + 1, nullptr));
+  };
+  for (const char* name : {"qkv", "attention", "proj", "fc", "fc2", "head",
+                           "layernorm", "embed"}) {
+    const auto [fwd, bwd] = pair(name);
+    EXPECT_GT(fwd, 0) << name;
+    EXPECT_GT(bwd, 0) << name;
+  }
+  EXPECT_GT(pair("gelu").first, 0);
+  EXPECT_GT(pair("optimizer").second, 0);
+  EXPECT_GE(pair("data_and_grad_norm").second, -0.01) << last;
 }
 
 }  // namespace

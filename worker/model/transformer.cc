@@ -33,7 +33,9 @@ class TransformerModel::OpTimer {
   }
   ~OpTimer() {
     if (model_->profile_on_) {
-      model_->profile_[op_] += std::chrono::duration<double>(
+      TransformerModel::OpProfile& p = model_->profile_;
+      (model_->in_backward_ ? p.backward : p.forward)[op_] +=
+          std::chrono::duration<double>(
                                    std::chrono::steady_clock::now() - start_)
                                    .count();
     }
@@ -50,6 +52,17 @@ const char* TransformerModel::OpName(int op) {
       "embed", "layernorm", "qkv", "attention", "proj", "fc", "gelu",
       "fc2", "head", "cross_entropy", "convert"};
   return op >= 0 && op < kOpCount ? kNames[op] : "?";
+}
+
+bool TransformerModel::IsLinearOp(int op) {
+  return op == kOpQkv || op == kOpProj || op == kOpFc || op == kOpFc2 ||
+         op == kOpHead;
+}
+
+double TransformerModel::OpProfile::total() const {
+  double sum = 0;
+  for (int op = 0; op < kOpCount; ++op) sum += forward[op] + backward[op];
+  return sum;
 }
 
 TransformerModel::TransformerModel(const ModelConfig& config,
@@ -147,6 +160,7 @@ absl::Status TransformerModel::Prepare(const FloatArena& params, int batch,
         "length must be in [1, ", config_.context, "], got ", length));
   }
   SetThreads();
+  in_backward_ = false;
   ASSIGN_OR_RETURN(plan_, GetPlan(batch, length));
   params_ = &params;
   OpTimer timer(this, kOpConvert);
@@ -185,6 +199,7 @@ void TransformerModel::LayerNormForward(const float* x, int w, int b,
 
 void TransformerModel::EmbedForward(const uint8_t* tokens, int token_stride,
                                     float* x_out) {
+  in_backward_ = false;
   OpTimer timer(this, kOpEmbed);
   kernels::EmbeddingForward(tokens, token_stride, Param(index_.tok_emb),
                             Param(index_.pos_emb), plan_->B, plan_->T,
@@ -193,6 +208,7 @@ void TransformerModel::EmbedForward(const uint8_t* tokens, int token_stride,
 
 void TransformerModel::EmbedBackward(const uint8_t* tokens, int token_stride,
                                      const float* dx, float* grads) {
+  in_backward_ = true;
   OpTimer timer(this, kOpEmbed);
   kernels::EmbeddingBackward(tokens, token_stride, dx, plan_->B, plan_->T,
                              config_.d_model, kVocabSize, config_.context,
@@ -350,6 +366,7 @@ void TransformerModel::MlpBackward(int layer, const float* dx_out,
 
 void TransformerModel::BlockForward(int layer, const float* x_in,
                                     float* x_out) {
+  in_backward_ = false;
   float* const x_mid = workspace_.blocks[layer].x_mid;
   AttentionForward(layer, x_in, x_mid);
   MlpForward(layer, x_mid, x_out);
@@ -363,6 +380,7 @@ void TransformerModel::BlockBackward(int layer, const float* dx_out,
 void TransformerModel::BlockBackwardImpl(int layer, const float* dx_out,
                                          bool dx_out_in_bf16, float* dx_in,
                                          float* grads) {
+  in_backward_ = true;
   float* const dx_mid = workspace_.dx_mid;
   MlpBackward(layer, dx_out, dx_out_in_bf16, dx_mid, grads);
   AttentionBackward(layer, dx_mid, dx_in, grads);
@@ -373,6 +391,7 @@ void TransformerModel::BlockBackwardImpl(int layer, const float* dx_out,
 double TransformerModel::DecoderForward(const float* x,
                                         const uint8_t* targets,
                                         int target_stride, bool want_grad) {
+  in_backward_ = false;
   TransformerWorkspace& ws = workspace_;
   // x (B, T, C) -> lnf_out (B, T, C)
   LayerNormForward(x, index_.lnf_w, index_.lnf_b, ws.lnf_mean, ws.lnf_var,
@@ -400,6 +419,7 @@ void TransformerModel::DecoderBackward(const float* x, float* dx,
 
 void TransformerModel::DecoderBackward(const float* x, float* dx,
                                        const DecoderGrads& out) {
+  in_backward_ = true;
   TransformerWorkspace& ws = workspace_;
   TransformerPlan& p = *plan_;
   // d logits (B, T, 256), in the compute type

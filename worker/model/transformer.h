@@ -111,15 +111,25 @@ class TransformerModel final : public Model {
   float* dx(int i) { return workspace_.dx[i]; }
 
   // Optional per-operation timing (off by default; for benchmarks): seconds
-  // spent in each kind of operation since the last ResetProfile().
+  // spent in each kind of operation since the last ResetProfile(), split
+  // by pass. The forward pass is Prepare (the weight conversion, counted as
+  // kOpConvert) and the *Forward calls; the backward pass is the *Backward
+  // calls (its kOpConvert: the gradients' bf16 copies).
   enum Op {
     kOpEmbed, kOpLayerNorm, kOpQkv, kOpAttention, kOpProj, kOpFc, kOpGelu,
     kOpFc2, kOpHead, kOpCrossEntropy, kOpConvert, kOpCount
   };
   static const char* OpName(int op);
+  // True for the operation classes that are the linear layers' matmuls
+  // (what bench/linear_floor.h times alone).
+  static bool IsLinearOp(int op);
+  struct OpProfile {
+    std::array<double, kOpCount> forward{}, backward{};
+    double total() const;
+  };
   void EnableProfile(bool on) { profile_on_ = on; }
-  void ResetProfile() { profile_.fill(0.0); }
-  const std::array<double, kOpCount>& profile() const { return profile_; }
+  void ResetProfile() { profile_ = OpProfile{}; }
+  const OpProfile& profile() const { return profile_; }
 
   // What oneDNN picked for the main matmuls of the current plan (text).
   std::string KernelReport() const;
@@ -187,7 +197,8 @@ class TransformerModel final : public Model {
   const FloatArena* params_ = nullptr;
   TransformerWorkspace workspace_;
   bool profile_on_ = false;
-  std::array<double, kOpCount> profile_{};
+  bool in_backward_ = false;  // which half of profile_ the timers add to
+  OpProfile profile_;
 };
 
 }  // namespace gasloc

@@ -246,6 +246,58 @@ TEST(ModelTest, NextByteLogitsAgreeWithTheLoss) {
   EXPECT_NEAR(total / T, *loss, 1e-5);
 }
 
+// The profile (gasloc-bench train --profile) files each operation under the
+// pass it ran in: a forward-only call leaves the backward half empty, and a
+// training step fills both, with GELU and the cross-entropy forward only
+// (their derivatives are taken in the forward) and the embedding in both.
+TEST(ModelTest, ProfileSplitsOperationsByPass) {
+  const ModelConfig config{
+      .layers = 1, .d_model = 16, .heads = 2, .context = 8};
+  const FloatArena params = RandomParams(config, 10);
+  const std::vector<uint8_t> tokens = RandomTokens(2, 8, 11);
+  FloatArena grads(MakeModelLayout(config));
+  for (const v1::Precision precision :
+       {v1::PRECISION_FP32, v1::PRECISION_BF16}) {
+    SCOPED_TRACE(v1::Precision_Name(precision));
+    ModelOptions options;
+    options.max_batch = 2;
+    options.precision = precision;
+    auto model = TransformerModel::Create(config, options);
+    ASSERT_TRUE(model.ok()) << model.status();
+    TransformerModel& m = **model;
+    ASSERT_TRUE(m.Forward(params, tokens.data(), 2, 8).ok());
+    EXPECT_EQ(m.profile().total(), 0.0) << "profiling is off by default";
+    m.EnableProfile(true);
+    ASSERT_TRUE(m.Forward(params, tokens.data(), 2, 8).ok());
+    using M = TransformerModel;
+    for (int op : {M::kOpEmbed, M::kOpLayerNorm, M::kOpQkv, M::kOpAttention,
+                   M::kOpProj, M::kOpFc, M::kOpFc2, M::kOpHead,
+                   M::kOpCrossEntropy}) {
+      EXPECT_GT(m.profile().forward[op], 0.0) << M::OpName(op);
+    }
+    for (int op = 0; op < M::kOpCount; ++op) {
+      EXPECT_EQ(m.profile().backward[op], 0.0) << M::OpName(op);
+    }
+    m.ResetProfile();
+    ASSERT_TRUE(m.ForwardBackward(params, tokens.data(), 2, 8, &grads).ok());
+    for (int op : {M::kOpEmbed, M::kOpLayerNorm, M::kOpQkv, M::kOpAttention,
+                   M::kOpProj, M::kOpFc, M::kOpFc2, M::kOpHead}) {
+      EXPECT_GT(m.profile().forward[op], 0.0) << M::OpName(op);
+      EXPECT_GT(m.profile().backward[op], 0.0) << M::OpName(op);
+    }
+    EXPECT_EQ(m.profile().backward[M::kOpCrossEntropy], 0.0);
+    EXPECT_GT(m.profile().forward[M::kOpGelu], 0.0);
+    // bf16 applies GELU's derivative inside fc2's backward matmul; fp32
+    // runs oneDNN's GELU backward.
+    EXPECT_EQ(m.profile().backward[M::kOpGelu] > 0.0,
+              precision == v1::PRECISION_FP32);
+    m.EnableProfile(false);
+    const double total = m.profile().total();
+    ASSERT_TRUE(m.ForwardBackward(params, tokens.data(), 2, 8, &grads).ok());
+    EXPECT_EQ(m.profile().total(), total) << "disabled profile still counted";
+  }
+}
+
 TEST(ModelTest, ThreadsOptionIsAppliedInTheCallPath) {
   const ModelConfig config{
       .layers = 1, .d_model = 16, .heads = 2, .context = 8};
