@@ -16,26 +16,25 @@ static_assert(std::endian::native == std::endian::little,
 
 namespace {
 
-// 1.5 * 2^52: (t + kRoundMagic) - kRoundMagic rounds a double |t| < 2^51
-// to the nearest integer, ties to even, in the default rounding mode (and
-// vectorises, where std::nearbyint is a library call).
-constexpr double kRoundMagic = 6755399441055744.0;
 constexpr uint32_t kAbsMask = 0x7fffffffu;
 constexpr uint32_t kExponentMask = 0x7f800000u;
+const double kMinScale = std::ldexp(1.0, kInt8MinScaleExponent);
+const double kMaxScale = std::ldexp(1.0, kInt8MaxScaleExponent);
 
-// The exponent k of the block scale 2^k for a finite max_abs > 0: the
-// smallest k with 127 * 2^k >= max_abs, clamped to the scale range. With
-// max_abs = f * 2^e, f in [0.5, 1): k = e - 7 when f <= 127/128, else
-// e - 6 (then 127 * 2^(k-1) < max_abs, so the largest code is >= 64).
-int ScaleExponent(float max_abs) {
+// The scale of a block whose largest |value| is max_abs > 0 (finite):
+// max_abs / 127 rounded to 8 significant bits, ties to even, clamped.
+// (max_abs / 127 is never a tie: its binary expansion repeats every 7
+// bits unless it is exact, so the double quotient rounds as the exact one
+// would.)
+double ScaleOf(float max_abs) {
   int e = 0;
-  const float f = std::frexp(max_abs, &e);
-  const int k = f <= 127.0f / 128.0f ? e - 7 : e - 6;
-  return std::clamp(k, kInt8MinScaleExponent, kInt8MaxScaleExponent);
+  const double f = std::frexp(static_cast<double>(max_abs) / 127.0, &e);
+  const double rounded = std::ldexp(std::nearbyint(std::ldexp(f, 8)), e - 8);
+  return std::clamp(rounded, kMinScale, kMaxScale);
 }
 
 // The block's largest |value| as float bits (the order of finite floats'
-// magnitudes is that of their bits), and whether one is not finite.
+// magnitudes is that of their bits).
 uint32_t MaxAbsBits(const float* values, size_t count) {
   uint32_t max_bits = 0;
   for (size_t i = 0; i < count; ++i) {
@@ -46,32 +45,32 @@ uint32_t MaxAbsBits(const float* values, size_t count) {
   return max_bits;
 }
 
-// Codes of one block under scale 2^k (x * 2^-k is exact in double).
-void QuantizeBlock(const float* values, size_t count, int k, int8_t* codes) {
-  const double inverse = std::ldexp(1.0, -k);
+// Codes of one block under `scale`: x / scale rounded to nearest, ties to
+// even (the double quotient of a 24-bit by an 8-bit number is never a
+// false tie), clamped.
+void QuantizeBlock(const float* values, size_t count, double scale,
+                   int8_t* codes) {
   for (size_t i = 0; i < count; ++i) {
-    const double t =
-        (static_cast<double>(values[i]) * inverse + kRoundMagic) - kRoundMagic;
+    const double t = std::nearbyint(static_cast<double>(values[i]) / scale);
     codes[i] = static_cast<int8_t>(std::clamp(t, -127.0, 127.0));
   }
 }
 
-// The scale and codes of one finite block.
+// The scale and codes of one finite block; scale 0 when every code is 0
+// (only possible at the smallest scale: elsewhere the largest code is
+// 127), so that encoding the decoded block gives the same bytes.
 float EncodeBlock(const float* values, size_t count, int8_t* codes) {
   const uint32_t max_bits = MaxAbsBits(values, count);
   if (max_bits == 0) {
     std::fill(codes, codes + count, int8_t{0});
     return 0.0f;
   }
-  const int k = ScaleExponent(std::bit_cast<float>(max_bits));
-  QuantizeBlock(values, count, k, codes);
-  // Only at the smallest scale can every code be 0 (else the largest is at
-  // least 64): such a block is written as an all-zero one, so that
-  // encoding it again gives the same bytes.
-  if (k == kInt8MinScaleExponent &&
+  const double scale = ScaleOf(std::bit_cast<float>(max_bits));
+  QuantizeBlock(values, count, scale, codes);
+  if (scale == kMinScale &&
       std::all_of(codes, codes + count, [](int8_t q) { return q == 0; }))
     return 0.0f;
-  return std::ldexp(1.0f, k);
+  return static_cast<float>(scale);  // exact: 8 significant bits
 }
 
 absl::Status NotFinite(uint64_t index, float value) {
@@ -90,8 +89,9 @@ std::string ScaleProblem(float scale) {
   const uint32_t exponent = bits >> 23, mantissa = bits & 0x7fffffu;
   if (exponent == 0)
     return absl::StrCat(scale, ", a denormal, below 2^", kInt8MinScaleExponent);
-  if (mantissa != 0) return absl::StrCat(scale, ", not a power of two");
-  if (static_cast<int>(exponent) - 127 > kInt8MaxScaleExponent)
+  if ((mantissa & 0xffffu) != 0)
+    return absl::StrCat(scale, ", with more than 8 significant bits");
+  if (scale > kMaxScale)
     return absl::StrCat(scale, ", above 2^", kInt8MaxScaleExponent);
   return "";
 }
@@ -99,8 +99,8 @@ std::string ScaleProblem(float scale) {
 absl::Status BadBlock(uint64_t begin, uint64_t end, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(
       "INT8 block of elements [", begin, ", ", end, "): ", what,
-      " (a block's scale is 0 for an all-zero block, else a power of two "
-      "in [2^",
+      " (a block's scale is 0 for an all-zero block, else a float of 8 "
+      "significant bits in [2^",
       kInt8MinScaleExponent, ", 2^", kInt8MaxScaleExponent,
       "]; codes are -127..127)"));
 }
@@ -202,38 +202,37 @@ void RoundToInt8(std::span<float> values) {
 
 Int8Reference QuantizeInt8Reference(std::span<const float> values) {
   Int8Reference ref;
+  // The nearer of two candidates a and a + step; on a tie the one whose
+  // multiple of step is even.
+  auto nearest = [](double v, double step) {
+    const double low = std::floor(v / step) * step, high = low + step;
+    if (v - low < high - v) return low;
+    if (high - v < v - low) return high;
+    return std::fmod(low / step, 2.0) == 0 ? low : high;
+  };
   for (size_t begin = 0; begin < values.size(); begin += kInt8BlockElements) {
     const size_t end =
         std::min<size_t>(values.size(), begin + kInt8BlockElements);
     double max_abs = 0;
     for (size_t i = begin; i < end; ++i)
       max_abs = std::max(max_abs, std::fabs(static_cast<double>(values[i])));
-    int k = kInt8MinScaleExponent;
-    while (k < kInt8MaxScaleExponent && 127.0 * std::ldexp(1.0, k) < max_abs)
-      ++k;
-    const double scale = max_abs == 0 ? 0.0 : std::ldexp(1.0, k);
-    const size_t first_code = ref.codes.size();
-    for (size_t i = begin; i < end; ++i) {
-      if (scale == 0) {
-        ref.codes.push_back(0);
-        continue;
-      }
-      const double t = static_cast<double>(values[i]) / scale;
-      const double low = std::floor(t), high = low + 1;
-      double code;
-      if (t - low < high - t) {
-        code = low;
-      } else if (high - t < t - low) {
-        code = high;
-      } else {
-        code = std::fmod(low, 2.0) == 0 ? low : high;  // a tie: the even one
-      }
-      code = std::min(127.0, std::max(-127.0, code));
-      ref.codes.push_back(static_cast<int8_t>(code));
+    double scale = 0;
+    if (max_abs > 0) {
+      const double target = max_abs / 127;
+      int k = -200;  // 2^k <= target < 2^(k+1): 8 bits are steps of 2^(k-7)
+      while (std::ldexp(1.0, k + 1) <= target) ++k;
+      scale = nearest(target, std::ldexp(1.0, k - 7));
+      scale = std::min(std::max(scale, std::ldexp(1.0, kInt8MinScaleExponent)),
+                       std::ldexp(1.0, kInt8MaxScaleExponent));
     }
     bool all_zero = true;
-    for (size_t i = first_code; i < ref.codes.size(); ++i)
-      all_zero = all_zero && ref.codes[i] == 0;
+    for (size_t i = begin; i < end; ++i) {
+      double code = 0;
+      if (scale > 0)
+        code = std::min(127.0, std::max(-127.0, nearest(values[i] / scale, 1)));
+      all_zero = all_zero && code == 0;
+      ref.codes.push_back(static_cast<int8_t>(code));
+    }
     ref.scales.push_back(all_zero ? 0.0f : static_cast<float>(scale));
   }
   return ref;
