@@ -343,10 +343,16 @@ absl::Status ValidateJobSpec(const v1::JobSpec& raw) {
   const auto& e = spec.exchange();
   if (!v1::WireEncoding_IsValid(e.encoding()))
     return absl::InvalidArgumentError("exchange.encoding is not a known value");
-  if (e.encoding() == v1::WIRE_ENCODING_INT8)
-    return absl::InvalidArgumentError(
-        "exchange.encoding WIRE_ENCODING_INT8 is reserved and not supported "
-        "yet; use FP32 or BF16");
+  if (e.encoding() == v1::WIRE_ENCODING_INT8 &&
+      IsGossipAlgorithm(o.algorithm()))
+    return absl::InvalidArgumentError(absl::StrCat(
+        "exchange.encoding WIRE_ENCODING_INT8 is for the all-reduce "
+        "algorithms (DiLoCo, local SGD, data-parallel), whose averaged "
+        "pseudo-gradients or gradients carry error feedback; ",
+        v1::Algorithm_Name(o.algorithm()),
+        " gossips whole models, which lose too much at 8 bits (compressed "
+        "differences against shared copies, CHOCO-gossip, are not built "
+        "yet): use FP32 or BF16"));
   GASLOC_CHECK_RANGE("exchange.chunk_bytes", e.chunk_bytes(), 4096, 3 << 20);
   GASLOC_CHECK_RANGE("exchange.deadline_ms", e.deadline_ms(), 100, 3600000);
   if (e.poison_distance_ratio() != 0)

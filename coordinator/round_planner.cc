@@ -149,8 +149,13 @@ FailureDecision DecideFailure(const v1::JobSpec& spec, uint32_t consecutive,
 }
 
 ExchangeVolume ExchangeVolumeOf(const v1::JobSpec& spec) {
-  const double bytes_per_param =
-      spec.exchange().encoding() == v1::WIRE_ENCODING_BF16 ? 2.0 : 4.0;
+  // INT8: a byte a parameter and a 4-byte scale per block of 256
+  // (docs/exchange.md, "INT8").
+  double bytes_per_param = 4.0;
+  if (spec.exchange().encoding() == v1::WIRE_ENCODING_BF16)
+    bytes_per_param = 2.0;
+  if (spec.exchange().encoding() == v1::WIRE_ENCODING_INT8)
+    bytes_per_param = 1.0 + 4.0 / 256.0;
   return {.kind = IsGossipAlgorithm(spec.outer().algorithm())
                       ? ExchangeVolume::Kind::kGossip
                       : ExchangeVolume::Kind::kRingAllReduce,

@@ -117,6 +117,32 @@ TEST(JobSpec, EagerUpdatesOfOverlappedDilocoAreValid) {
   EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
 }
 
+// INT8 (with error feedback) is an all-reduce encoding; gossip refuses it
+// saying why.
+TEST(JobSpec, Int8IsForTheAllReduceAlgorithms) {
+  for (v1::Algorithm algorithm :
+       {v1::ALGORITHM_DILOCO, v1::ALGORITHM_LOCAL_SGD,
+        v1::ALGORITHM_DATA_PARALLEL}) {
+    v1::JobSpec spec = MinimalSpec();
+    spec.mutable_outer()->set_algorithm(algorithm);
+    spec.mutable_exchange()->set_encoding(v1::WIRE_ENCODING_INT8);
+    EXPECT_TRUE(ValidateJobSpec(spec).ok())
+        << v1::Algorithm_Name(algorithm) << ": " << ValidateJobSpec(spec);
+  }
+  for (v1::Algorithm algorithm :
+       {v1::ALGORITHM_GASLOC, v1::ALGORITHM_DPSGD}) {
+    v1::JobSpec spec = MinimalSpec();
+    spec.mutable_outer()->set_algorithm(algorithm);
+    spec.mutable_exchange()->set_encoding(v1::WIRE_ENCODING_INT8);
+    const absl::Status status = ValidateJobSpec(spec);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(status.message(),
+                HasSubstr("WIRE_ENCODING_INT8 is for the all-reduce"));
+    EXPECT_THAT(status.message(), HasSubstr(v1::Algorithm_Name(algorithm) +
+                                            " gossips whole models"));
+  }
+}
+
 struct BadField {
   const char* field;
   void (*mutate)(v1::JobSpec*);
@@ -226,6 +252,7 @@ INSTANTIATE_TEST_SUITE_P(
                  }},
         BadField{"exchange.encoding",
                  [](v1::JobSpec* s) {
+                   s->mutable_outer()->set_algorithm(v1::ALGORITHM_GASLOC);
                    s->mutable_exchange()->set_encoding(v1::WIRE_ENCODING_INT8);
                  }},
         BadField{"stop", [](v1::JobSpec* s) { s->clear_stop(); }},

@@ -169,6 +169,10 @@ TEST(RoundPlannerTest, ExchangeBytesFollowTheTopology) {
   EXPECT_EQ(ExchangeBytes(spec, 1), 0);
   const BudgetOptions o = BudgetOptionsFor(spec, 4);
   EXPECT_DOUBLE_EQ(o.exchange_bytes, model * 2 * 3 / 4);
+  // INT8: a byte a parameter and a 4-byte scale per 256 of them.
+  spec.mutable_exchange()->set_encoding(v1::WIRE_ENCODING_INT8);
+  EXPECT_DOUBLE_EQ(ExchangeVolumeOf(spec).model_bytes,
+                   model / 4 * (1 + 4.0 / 256));
 }
 
 TEST(RoundPlannerTest, FirstEpochHasEveryoneJoining) {

@@ -12,7 +12,14 @@
 //     not finite, naming the first one;
 //   - DecodeCheckedPayload fails on a wrong CRC before anything else and
 //     otherwise agrees with DecodePayload;
-//   - FloatToBf16 agrees with FloatToBf16Reference on any float.
+//   - FloatToBf16 agrees with FloatToBf16Reference on any float;
+//   - DecodeInt8 on any bytes accepts exactly the payloads whose every
+//     block scale and code the plain-loop check below accepts, and decodes
+//     each value to code x scale bit for bit;
+//   - EncodeInt8 on any finite floats (the input's bytes, or values just
+//     decoded) agrees with QuantizeInt8Reference, and what it encodes
+//     decodes to values that encode to the same bytes again (what keeps
+//     ring replicas identical).
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -26,6 +33,7 @@
 #include "tests/fuzz/fuzz_check.h"
 #include "tests/fuzz/fuzz_fixtures.h"
 #include "tests/fuzz/fuzz_seeds.h"
+#include "worker/exchange/int8_codec.h"
 #include "worker/exchange/wire_codec.h"
 
 namespace gasloc::fuzz {
@@ -35,9 +43,27 @@ bool SameBits(float a, float b) {
   return std::memcmp(&a, &b, sizeof(float)) == 0;
 }
 
+// INT8: the scale and code of element i, read by hand (blocks of
+// kInt8BlockElements, each its 4-byte scale then its codes).
+float Int8Scale(absl::string_view payload, size_t i) {
+  float scale;
+  std::memcpy(&scale,
+              payload.data() + (i / kInt8BlockElements) *
+                                   (kInt8BlockElements + kInt8ScaleBytes),
+              4);
+  return scale;
+}
+int Int8Code(absl::string_view payload, size_t i) {
+  return static_cast<int8_t>(
+      payload[(i / kInt8BlockElements + 1) * kInt8ScaleBytes + i]);
+}
+
 // The plain-loop decode of element i of `payload`.
 float ReferenceElement(absl::string_view payload, v1::WireEncoding encoding,
                        size_t i) {
+  if (encoding == v1::WIRE_ENCODING_INT8)
+    return static_cast<float>(static_cast<double>(Int8Code(payload, i)) *
+                              Int8Scale(payload, i));
   if (encoding == v1::WIRE_ENCODING_BF16) {
     uint16_t bits;
     std::memcpy(&bits, payload.data() + 2 * i, 2);
@@ -48,7 +74,91 @@ float ReferenceElement(absl::string_view payload, v1::WireEncoding encoding,
   return value;
 }
 
+// Whether element i's scale and code are valid, checked field by field: a
+// scale is +0 or a normal float of 8 significant bits (the low 16
+// mantissa bits 0) in [2^-126, 2^121] (biased exponent 1..248, no
+// mantissa at 248); a code is not -128, and 0 under a zero scale.
+bool Int8ElementValid(absl::string_view payload, size_t i) {
+  uint32_t bits;
+  const float scale = Int8Scale(payload, i);
+  std::memcpy(&bits, &scale, 4);
+  const int code = Int8Code(payload, i);
+  if (code == -128) return false;
+  if (bits == 0) return code == 0;
+  const uint32_t exponent = bits >> 23;  // the sign bit set: > 255
+  const uint32_t mantissa = bits & 0x7fffffu;
+  return (mantissa & 0xffffu) == 0 && exponent >= 1 &&
+         (exponent < 248 || (exponent == 248 && mantissa == 0));
+}
+
+// On finite `values`: EncodeInt8's scales and codes are the plain-loop
+// reference's, and what a receiver decodes encodes to the same bytes again
+// (Q(Q(x)) = Q(x), what keeps ring replicas identical).
+void CheckInt8Rounding(const std::vector<float>& values) {
+  std::string payload;
+  const absl::Status encoded = EncodeInt8(values, &payload);
+  GASLOC_FUZZ_CHECK(encoded.ok(), encoded.ToString());
+  const Int8Reference ref = QuantizeInt8Reference(values);
+  for (size_t i = 0; i < values.size(); ++i) {
+    GASLOC_FUZZ_CHECK(Int8Code(payload, i) == ref.codes[i],
+                      absl::StrCat("INT8 code of ", values[i]));
+    GASLOC_FUZZ_CHECK(
+        SameBits(Int8Scale(payload, i), ref.scales[i / kInt8BlockElements]),
+        absl::StrCat("INT8 scale of the block of element ", i));
+  }
+  std::vector<float> decoded(values.size());
+  const absl::Status status = DecodeInt8(payload, decoded);
+  GASLOC_FUZZ_CHECK(status.ok(), status.ToString());
+  std::string again;
+  GASLOC_FUZZ_CHECK(EncodeInt8(decoded, &again).ok(), "re-encoding");
+  GASLOC_FUZZ_CHECK(again == payload,
+                    "decoded INT8 values re-encode to other bytes");
+  std::vector<float> rounded = values;
+  RoundToInt8(rounded);
+  GASLOC_FUZZ_CHECK(
+      values.empty() ||
+          std::memcmp(rounded.data(), decoded.data(), 4 * values.size()) == 0,
+      "RoundToInt8 differs from decode(encode)");
+}
+
+void CheckInt8Decoder(absl::string_view bytes) {
+  // The bytes as floats, when all are finite: the encoder's properties.
+  std::vector<float> floats(bytes.size() / 4);
+  if (!floats.empty())
+    std::memcpy(floats.data(), bytes.data(), 4 * floats.size());
+  bool finite = true;
+  for (float f : floats) finite = finite && std::isfinite(f);
+  if (finite) CheckInt8Rounding(floats);
+  size_t n = 0;  // the most elements whose payload fits
+  while (Int8PayloadBytes(n + 1) <= bytes.size()) ++n;
+  const absl::string_view payload = bytes.substr(0, Int8PayloadBytes(n));
+  bool valid = true;
+  for (size_t i = 0; i < n && valid; ++i) valid = Int8ElementValid(payload, i);
+  std::vector<float> out(n);
+  const absl::Status decoded =
+      DecodePayload(payload, v1::WIRE_ENCODING_INT8, out, 100);
+  GASLOC_FUZZ_CHECK(decoded.ok() == valid, decoded.ToString());
+  if (!decoded.ok()) {
+    GASLOC_FUZZ_CHECK(absl::IsInvalidArgument(decoded), decoded.ToString());
+    GASLOC_FUZZ_CHECK(
+        absl::StrContains(decoded.message(), "INT8 block of elements"),
+        decoded.ToString());
+    return;
+  }
+  for (size_t i = 0; i < n; ++i)
+    GASLOC_FUZZ_CHECK(
+        SameBits(out[i], ReferenceElement(payload, v1::WIRE_ENCODING_INT8, i)),
+        absl::StrCat("INT8 element ", i));
+  CheckInt8Rounding(out);
+  const uint32_t crc = Crc32c(payload.data(), payload.size());
+  const absl::Status wrong_crc =
+      DecodeCheckedPayload(payload, v1::WIRE_ENCODING_INT8, out, 100, crc ^ 1u);
+  GASLOC_FUZZ_CHECK(absl::StrContains(wrong_crc.message(), "bad checksum"),
+                    wrong_crc.ToString());
+}
+
 void CheckPayloadDecoders(absl::string_view bytes) {
+  CheckInt8Decoder(bytes);
   for (v1::WireEncoding encoding :
        {v1::WIRE_ENCODING_FP32, v1::WIRE_ENCODING_BF16}) {
     const size_t width = encoding == v1::WIRE_ENCODING_BF16 ? 2 : 4;

@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <functional>
+#include <iostream>
 #include <iterator>
 #include <regex>
 
@@ -152,6 +153,67 @@ TEST(ClusterTest, DilocoWithOverlappedCommunicationKeepsItsReplicasInStep) {
 
 TEST(ClusterTest, DilocoWithEagerUpdatesKeepsItsReplicasInStep) {
   RunOverlappedDiloco(v1::OVERLAP_UPDATE_EAGER);
+}
+
+// The first worker's gasloc_worker_peer_sent_bytes_total for `job`, from
+// its /metrics; -1 if absent.
+double SentBytes(int metrics_port, uint64_t job) {
+  auto metrics = HttpGet(metrics_port, "/metrics");
+  if (!metrics.ok()) return -1;
+  const std::regex line(absl::StrCat(
+      R"(gasloc_worker_peer_sent_bytes_total\{job_id=")", job,
+      R"(",worker_id="[0-9]+"\} ([0-9.e+]+))"));
+  std::smatch match;
+  if (!std::regex_search(*metrics, match, line)) return -1;
+  return std::stod(match[1]);
+}
+
+// DiLoCo with the INT8 exchange and error feedback (issue 34), real
+// daemons and gRPC: the job trains, its three replicas end bit-identical,
+// and a worker sends about a quarter of the bytes the same job sends in
+// FP32 (run next on the same cluster), for a final bpb close to FP32's.
+TEST(ClusterTest, DilocoWithInt8ExchangeKeepsItsReplicasOnAQuarterOfTheBytes) {
+  Cluster cluster("diloco-int8");
+  ASSERT_NO_FATAL_FAILURE(cluster.StartCoordinator());
+  const int metrics_port = PickFreePort();
+  ASSERT_NO_FATAL_FAILURE(cluster.StartWorkers(3, {metrics_port}));
+  const int rounds = 4;
+  double bytes[2] = {0, 0}, final_bpb[2] = {0, 0};
+  for (int run = 0; run < 2; ++run) {  // INT8, then FP32
+    v1::JobSpec spec = cluster.TinySpec(v1::ALGORITHM_DILOCO, rounds, 3);
+    if (run == 0) {
+      spec.mutable_exchange()->set_encoding(v1::WIRE_ENCODING_INT8);
+    } else {
+      spec.mutable_checkpoint()->set_directory(
+          absl::StrCat(cluster.dir(), "/ckpt-fp32"));
+    }
+    const uint64_t job = cluster.StartJob(spec);
+    const v1::JobStatus status =
+        cluster.WaitForJobEnd(job, absl::Seconds(150));
+    ASSERT_EQ(status.state(), v1::JOB_STATE_FINISHED) << status.message();
+    final_bpb[run] = status.val_bpb();
+    bytes[run] = SentBytes(metrics_port, job);
+    ASSERT_GT(bytes[run], 0) << "no sent bytes for job " << job;
+  }
+  cluster.StopAll();
+  std::cout << "DiLoCo, 3 workers, " << rounds << " rounds: bytes sent by "
+            << "worker 0: INT8 " << bytes[0] << ", FP32 " << bytes[1]
+            << " (" << bytes[1] / bytes[0] << "x); final val bpb INT8 "
+            << final_bpb[0] << ", FP32 " << final_bpb[1] << "\n";
+  EXPECT_GT(bytes[1] / bytes[0], 3.8);
+  EXPECT_LT(bytes[1] / bytes[0], 4.0);
+  EXPECT_LT(final_bpb[0], 7.0);
+  EXPECT_NEAR(final_bpb[0], final_bpb[1], 0.03 * final_bpb[1]);
+  for (int i = 0; i < 3; ++i) {
+    const std::vector<double> bpb = LoggedValBpb(cluster.WorkerLog(i));
+    ASSERT_GE(bpb.size(), 2u) << "worker " << i;
+    EXPECT_LT(bpb.back(), bpb.front()) << "worker " << i;
+  }
+  std::vector<std::vector<float>> params;  // the INT8 job's (ckpt/)
+  ASSERT_NO_FATAL_FAILURE(cluster.CheckpointedParams(&params));
+  ASSERT_EQ(params.size(), 3u);
+  EXPECT_EQ(MaxPairwiseDistance(params), 0.0)
+      << "INT8 all-reduce replicas must stay bit-identical";
 }
 
 // Gossip with gamma = 0 and eta = 1 between two workers (always paired) is

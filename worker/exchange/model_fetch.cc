@@ -25,6 +25,12 @@ absl::Status ModelChunks(
     const ModelSnapshot& snapshot, uint64_t sender_id,
     v1::WireEncoding encoding, uint32_t chunk_bytes,
     const std::function<bool(const v1::ExchangeChunk&)>& write) {
+  if (encoding == v1::WIRE_ENCODING_INT8)
+    return absl::InvalidArgumentError(
+        "FetchModel sends FP32 (lossless, the default) or BF16, not INT8: "
+        "INT8 is the all-reduce's pseudo-gradient encoding, whose rounding "
+        "error feedback carries to the next round; a model sent at 8 bits "
+        "would lose it for good");
   const size_t n = snapshot.params.size();
   if (!snapshot.outer_state.empty() && snapshot.outer_state.size() != n)
     return absl::InternalError(absl::StrCat(

@@ -46,6 +46,8 @@ using ModelProvider =
 
 // Encodes `snapshot` as chunks and hands each to `write` (which returns
 // false to stop: the receiver went away; then CANCELLED is returned).
+// INT8 is refused (INVALID_ARGUMENT): a model travels losslessly (FP32)
+// or in BF16, never at 8 bits.
 absl::Status ModelChunks(
     const ModelSnapshot& snapshot, uint64_t sender_id,
     v1::WireEncoding encoding, uint32_t chunk_bytes,

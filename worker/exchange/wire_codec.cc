@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/crc32c.h"
 #include "common/status_macros.h"
+#include "worker/exchange/int8_codec.h"
 
 namespace gasloc {
 
@@ -21,11 +22,21 @@ absl::StatusOr<uint32_t> BytesPerElement(v1::WireEncoding encoding) {
       return 4u;
     case v1::WIRE_ENCODING_BF16:
       return 2u;
+    case v1::WIRE_ENCODING_INT8:
+      return 1u;
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("unsupported wire encoding ", EncodingName(encoding),
-                       " (supported: FP32, BF16)"));
+                       " (supported: FP32, BF16, INT8)"));
   }
+}
+
+absl::StatusOr<uint64_t> PayloadBytes(v1::WireEncoding encoding,
+                                      uint64_t elements) {
+  ASSIGN_OR_RETURN(const uint32_t bytes_per_element,
+                   BytesPerElement(encoding));
+  if (encoding == v1::WIRE_ENCODING_INT8) return Int8PayloadBytes(elements);
+  return elements * bytes_per_element;
 }
 
 std::string EncodingName(v1::WireEncoding encoding) {
@@ -145,6 +156,7 @@ absl::Status EncodePayload(std::span<const float> values,
                            v1::WireEncoding encoding, std::string* out) {
   ASSIGN_OR_RETURN(const uint32_t bytes_per_element,
                    BytesPerElement(encoding));
+  if (encoding == v1::WIRE_ENCODING_INT8) return EncodeInt8(values, out);
   // Appended (no zero-filling resize first): one pass over the bytes.
   out->reserve(out->size() + values.size() * bytes_per_element);
   if (bytes_per_element == 4) {
@@ -185,11 +197,11 @@ absl::StatusOr<uint32_t> PayloadBytesPerElement(absl::string_view payload,
                                                 size_t elements) {
   ASSIGN_OR_RETURN(const uint32_t bytes_per_element,
                    BytesPerElement(encoding));
-  if (payload.size() != elements * bytes_per_element)
+  ASSIGN_OR_RETURN(const uint64_t expected, PayloadBytes(encoding, elements));
+  if (payload.size() != expected)
     return absl::InvalidArgumentError(absl::StrCat(
-        "payload has ", payload.size(), " bytes, expected ",
-        elements * bytes_per_element, " (", elements, " elements of ",
-        EncodingName(encoding), ")"));
+        "payload has ", payload.size(), " bytes, expected ", expected, " (",
+        elements, " elements of ", EncodingName(encoding), ")"));
   return bytes_per_element;
 }
 
@@ -225,6 +237,8 @@ absl::Status DecodePayload(absl::string_view payload,
                            uint64_t first_index) {
   ASSIGN_OR_RETURN(const uint32_t bytes_per_element,
                    PayloadBytesPerElement(payload, encoding, out.size()));
+  if (encoding == v1::WIRE_ENCODING_INT8)
+    return DecodeInt8(payload, out, first_index);  // finite by construction
   const uint32_t non_finite =
       DecodeBlock(payload.data(), bytes_per_element, out.data(), out.size());
   if (non_finite != 0) {
@@ -240,6 +254,12 @@ absl::Status DecodeCheckedPayload(absl::string_view payload,
                                   uint32_t expected_crc) {
   ASSIGN_OR_RETURN(const uint32_t bytes_per_element,
                    PayloadBytesPerElement(payload, encoding, out.size()));
+  if (encoding == v1::WIRE_ENCODING_INT8) {
+    // A payload of about a byte a value: the CRC's own pass costs little.
+    const uint32_t sum = Crc32c(payload.data(), payload.size());
+    if (sum != expected_crc) return BadChecksum(first_index, expected_crc, sum);
+    return DecodeInt8(payload, out, first_index);
+  }
   // Blocks small enough to stay in L1 between the CRC and the conversion
   // (the payload is read from memory once), whole multiples of the CRC's
   // three-stream block.
@@ -276,7 +296,11 @@ absl::StatusOr<std::vector<ChunkSpan>> PlanChunks(uint64_t range_begin,
         absl::StrCat("chunk_bytes ", chunk_bytes,
                      " is smaller than one element (", bytes_per_element,
                      " bytes)"));
-  const uint64_t per_chunk = chunk_bytes / bytes_per_element;
+  // INT8: whole blocks of kInt8BlockElements, counted from range_begin, so
+  // the quantisation does not depend on chunk_bytes.
+  const uint64_t per_chunk = encoding == v1::WIRE_ENCODING_INT8
+                                 ? Int8ElementsPerChunk(chunk_bytes)
+                                 : chunk_bytes / bytes_per_element;
   std::vector<ChunkSpan> chunks;
   if (range_begin == range_end) {
     chunks.push_back({.offset = range_begin, .length = 0});
@@ -321,11 +345,19 @@ absl::Status EncodeChunk(const ChunkContext& context,
   payload->clear();
   ASSIGN_OR_RETURN(const uint32_t bytes_per_element,
                    BytesPerElement(context.encoding));
+  const std::span<const float> values = arena.subspan(span.offset, span.length);
+  if (context.encoding == v1::WIRE_ENCODING_INT8) {
+    // Block scales interleaved with the codes; the CRC over the whole
+    // payload afterwards (a byte a value: its second pass is cheap).
+    RETURN_IF_ERROR(EncodeInt8(values, payload));
+    header->set_crc32c(Crc32c(payload->data(), payload->size()));
+    chunk->set_last(last);
+    return absl::OkStatus();
+  }
   payload->reserve(static_cast<size_t>(span.length) * bytes_per_element);
   // Block by block, the CRC over each block just written (still in L1):
   // the values are read from memory once.
   const size_t per_block = 2 * kCrc32cParallelBytes / bytes_per_element;
-  const std::span<const float> values = arena.subspan(span.offset, span.length);
   uint32_t crc = 0;
   for (size_t begin = 0; begin < values.size(); begin += per_block) {
     const size_t written = payload->size();
@@ -361,8 +393,8 @@ absl::Status ValidateChunkHeader(const v1::ExchangeChunk& chunk,
     return absl::FailedPreconditionError(
         absl::StrCat("sender ", h.sender_id(), " is not a peer of worker ",
                      expect.receiver_id, " in round ", key.round));
-  ASSIGN_OR_RETURN(const uint32_t bytes_per_element,
-                   BytesPerElement(h.encoding()));
+  ASSIGN_OR_RETURN(const uint64_t expected_bytes,
+                   PayloadBytes(h.encoding(), h.length()));
   if (h.arena_elements() != expect.arena_elements)
     return absl::InvalidArgumentError(absl::StrCat(
         "sender's arena has ", h.arena_elements(), " elements, worker ",
@@ -379,8 +411,6 @@ absl::Status ValidateChunkHeader(const v1::ExchangeChunk& chunk,
         "chunk [", h.offset(), ", ", end, ") lies outside range [",
         expect.range_begin, ", ", expect.range_end, ") / arena of ",
         expect.arena_elements, " elements"));
-  const uint64_t expected_bytes =
-      static_cast<uint64_t>(h.length()) * bytes_per_element;
   if (chunk.payload().size() != expected_bytes)
     return absl::InvalidArgumentError(absl::StrCat(
         "payload has ", chunk.payload().size(), " bytes, header says ",

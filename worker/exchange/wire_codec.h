@@ -1,5 +1,6 @@
 // The exchange wire format (docs/exchange.md): converting a float range of
-// the arena to a chunk payload (fp32 or bf16, little-endian), splitting a
+// the arena to a chunk payload (fp32 or bf16, little-endian; int8 with
+// block scales, worker/exchange/int8_codec.h), splitting a
 // transfer's range into chunks of at most `chunk_bytes` payload bytes,
 // building the v1::ChunkHeader every chunk carries, checking a received
 // chunk against what the receiver expects, naming what was wrong, and the
@@ -29,8 +30,12 @@
 namespace gasloc {
 
 // Bytes one element takes on the wire: FP32 (and UNSPECIFIED, which means
-// FP32) 4, BF16 2. INT8 (reserved) and unknown values: INVALID_ARGUMENT.
+// FP32) 4, BF16 2, INT8 1 (plus a scale per block: PayloadBytes). Unknown
+// values: INVALID_ARGUMENT.
 absl::StatusOr<uint32_t> BytesPerElement(v1::WireEncoding encoding);
+// The payload bytes of `elements` elements (INT8's block scales included).
+absl::StatusOr<uint64_t> PayloadBytes(v1::WireEncoding encoding,
+                                      uint64_t elements);
 
 // "FP32", "BF16", ... for messages.
 std::string EncodingName(v1::WireEncoding encoding);
@@ -47,12 +52,13 @@ uint16_t FloatToBf16Reference(float value);
 float Bf16ToFloatReference(uint16_t bits);
 
 // Appends the payload of `values` in `encoding` to `*out` (resized to hold
-// exactly values.size() * BytesPerElement bytes more).
+// exactly PayloadBytes more; INT8 blocks counted from values[0]).
 absl::Status EncodePayload(std::span<const float> values,
                            v1::WireEncoding encoding, std::string* out);
-// Decodes `payload` into `out` (payload.size() must be out.size() *
-// BytesPerElement). Fails with INVALID_ARGUMENT naming the first element
-// that is not finite (NaN or +-Inf); `out` may then be partly written.
+// Decodes `payload` into `out` (payload.size() must be PayloadBytes of
+// out.size()). Fails with INVALID_ARGUMENT naming the first element
+// that is not finite (NaN or +-Inf), or for INT8 the block whose scale or
+// code is not valid (DecodeInt8); `out` may then be partly written.
 // `first_index` is only used in that message (the arena index of out[0]).
 absl::Status DecodePayload(absl::string_view payload,
                            v1::WireEncoding encoding, std::span<float> out,
@@ -75,7 +81,10 @@ struct ChunkSpan {
 };
 
 // Splits [range_begin, range_end) into consecutive chunks of at most
-// chunk_bytes / BytesPerElement(encoding) elements (at least 1). An empty
+// chunk_bytes / BytesPerElement(encoding) elements (at least 1); INT8:
+// whole blocks of kInt8BlockElements whose payload fits chunk_bytes (at
+// least one block), so its blocks start at range_begin + a multiple of
+// kInt8BlockElements whatever chunk_bytes is. An empty
 // range gives one chunk of length 0 (so every transfer has a last chunk).
 absl::StatusOr<std::vector<ChunkSpan>> PlanChunks(uint64_t range_begin,
                                                   uint64_t range_end,

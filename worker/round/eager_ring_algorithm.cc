@@ -39,8 +39,11 @@ absl::StatusOr<ExchangeResult> EagerPseudoGradientRing::Exchange(
   if (!stepped_) StepBeforeExchange(round, model);  // an inline round
   stepped_ = false;
   OuterBuffers& b = *context_.buffers;
-  ExchangeResult result =
-      RingExchange(context_, round, ring_, rank_, b.y.flat(), b.scratch.flat());
+  // With INT8, the ring's mean carries this worker's residual and every
+  // rounding's loss besides own_ / n; the others' share (mean - own_ / n)
+  // holds them, so the two halves still apply the whole mean.
+  ExchangeResult result = RingExchange(context_, round, ring_, rank_,
+                                       b.y.flat(), b.scratch.flat(), &feedback_);
   if (result.resync) {
     // As plain DiLoCo: the round applies nothing, its eager step included.
     model.CopyFrom(b.theta_start);

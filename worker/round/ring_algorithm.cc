@@ -66,16 +66,20 @@ std::vector<RingMember> RingOrSelf(const OuterContext& context,
 
 ExchangeResult RingExchange(const OuterContext& context, OuterRound& round,
                             const std::vector<RingMember>& ring, int rank,
-                            std::span<float> data, std::span<float> scratch) {
+                            std::span<float> data, std::span<float> scratch,
+                            ErrorFeedback* feedback) {
   const TransferKey key{.job_id = context.job_id,
                         .round = round.assignment->round(),
                         .phase = v1::EXCHANGE_PHASE_REDUCE_SCATTER,
                         .step = 0};
+  const std::span<float> residual =
+      feedback != nullptr ? feedback->FoldInto(data) : std::span<float>();
   const RingAllReduceResult result =
       RingAllReduceMean(*context.transport, *context.clock, key, ring, rank,
-                        data, scratch, MakeExchangeOptions(context));
+                        data, scratch, MakeExchangeOptions(context), residual);
   RecordRingTraffic(result, round.report);
   if (result.status.ok()) return {};
+  if (feedback != nullptr) feedback->Reset();
   for (uint64_t peer : result.failed_peers) {
     round.report->add_failed_peers(peer);
     round.failure_codes->push_back(result.status.code());
@@ -96,8 +100,8 @@ absl::StatusOr<ExchangeResult> PseudoGradientRing::Exchange(OuterRound& round,
   PseudoGradient(b.theta_start.flat(), model.flat(), b.y.flat());
   int rank = -1;
   const std::vector<RingMember> ring = RingOrSelf(context_, round, &rank);
-  ExchangeResult result =
-      RingExchange(context_, round, ring, rank, b.y.flat(), b.scratch.flat());
+  ExchangeResult result = RingExchange(context_, round, ring, rank, b.y.flat(),
+                                       b.scratch.flat(), &feedback_);
   if (result.resync) {
     model.CopyFrom(b.theta_start);
     return result;

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "common/arena.h"
+#include "worker/round/error_feedback.h"
 #include "worker/round/outer_algorithm.h"
 #include "worker/round/ring_all_reduce.h"
 
@@ -53,10 +54,13 @@ std::vector<RingMember> RingOrSelf(const OuterContext& context,
 
 // The mean of `data` over `ring` in place (`scratch` is the model's size),
 // its traffic and timing in the report. A failure is recorded (failed
-// peers with their codes, the reason) and returned as a re-sync.
+// peers with their codes, the reason) and returned as a re-sync. With an
+// active `feedback` (INT8), `data` first takes on the residual and the
+// ring leaves the new one there; a failed ring resets it.
 ExchangeResult RingExchange(const OuterContext& context, OuterRound& round,
                             const std::vector<RingMember>& ring, int rank,
-                            std::span<float> data, std::span<float> scratch);
+                            std::span<float> data, std::span<float> scratch,
+                            ErrorFeedback* feedback = nullptr);
 
 // DiLoCo's exchange and update: the pseudo-gradient g = theta_start -
 // theta averaged over the ring, then NesterovOuterStep with outer.lr and
@@ -70,7 +74,9 @@ ExchangeResult RingExchange(const OuterContext& context, OuterRound& round,
 class PseudoGradientRing : public OuterAlgorithm {
  public:
   explicit PseudoGradientRing(const OuterContext& context)
-      : context_(context) {}
+      : context_(context),
+        feedback_(context.buffers->theta_start,
+                  context.spec->exchange().encoding()) {}
 
   absl::StatusOr<ExchangeResult> Exchange(OuterRound& round,
                                           FloatArena& model) override;
@@ -93,6 +99,7 @@ class PseudoGradientRing : public OuterAlgorithm {
 
  protected:
   OuterContext context_;
+  ErrorFeedback feedback_;  // INT8 only
 
  private:
   bool pending_ = false;  // v_t is in buffers->scratch, for Apply

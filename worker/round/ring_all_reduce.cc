@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "worker/exchange/int8_codec.h"
 #include "worker/exchange/wire_codec.h"
 
 namespace gasloc {
@@ -34,9 +35,23 @@ std::pair<uint64_t, uint64_t> RingSegment(uint64_t size, int n, int s) {
 }
 
 void RoundToWireEncoding(v1::WireEncoding encoding, std::span<float> values) {
+  if (encoding == v1::WIRE_ENCODING_INT8) return RoundToInt8(values);
   if (encoding != v1::WIRE_ENCODING_BF16) return;
   for (float& v : values) v = Bf16ToFloat(FloatToBf16(v));
 }
+
+namespace {
+
+// Rounds `values` to the wire encoding; `lost` = what the rounding lost
+// (the values before minus the values after).
+void RoundKeepingTheLoss(v1::WireEncoding encoding, std::span<float> values,
+                         std::span<float> lost) {
+  std::copy(values.begin(), values.end(), lost.begin());
+  RoundToWireEncoding(encoding, values);
+  for (size_t i = 0; i < values.size(); ++i) lost[i] -= values[i];
+}
+
+}  // namespace
 
 // Longer than 80 lines on purpose: one step of the ring (run_step) and the
 // result's timing (finish) are lambdas over the same result, step timings
@@ -47,8 +62,11 @@ RingAllReduceResult RingAllReduceMean(PeerTransport& transport,
                                       const std::vector<RingMember>& ring,
                                       int rank, std::span<float> data,
                                       std::span<float> scratch,
-                                      const ExchangeOptions& options) {
+                                      const ExchangeOptions& options,
+                                      std::span<float> residual) {
   RingAllReduceResult result;
+  const bool feedback = !residual.empty();
+  if (feedback) std::fill(residual.begin(), residual.end(), 0.0f);
   const absl::Time start = clock.Now();
   const int n = static_cast<int>(ring.size());
   if (n <= 1) {
@@ -84,6 +102,10 @@ RingAllReduceResult RingAllReduceMean(PeerTransport& transport,
     key.step = static_cast<uint32_t>(step);
     const auto [send_begin, send_end] = RingSegment(size, n, send_segment);
     const auto [recv_begin, recv_end] = RingSegment(size, n, receive_segment);
+    if (feedback && phase == v1::EXCHANGE_PHASE_REDUCE_SCATTER)
+      RoundKeepingTheLoss(options.encoding,
+                          data.subspan(send_begin, send_end - send_begin),
+                          residual.subspan(send_begin, send_end - send_begin));
     OutgoingTransfer send{.peer_id = next.worker_id,
                           .address = next.address,
                           .data = data,
@@ -141,9 +163,17 @@ RingAllReduceResult RingAllReduceMean(PeerTransport& transport,
   const int owned = Mod(rank + 1, n);
   const auto [own_begin, own_end] = RingSegment(size, n, owned);
   const float inv_n = 1.0f / static_cast<float>(n);
+  if (feedback)  // the sum, less n times the rounded mean (below)
+    std::copy(data.begin() + own_begin, data.begin() + own_end,
+              residual.begin() + own_begin);
   for (uint64_t i = own_begin; i < own_end; ++i) data[i] *= inv_n;
   RoundToWireEncoding(options.encoding,
                       data.subspan(own_begin, own_end - own_begin));
+  if (feedback) {
+    const float n_f = static_cast<float>(n);
+    for (uint64_t i = own_begin; i < own_end; ++i)
+      residual[i] -= n_f * data[i];
+  }
   // All-gather: pass finished segments around the ring.
   for (int s = 0; s < n - 1; ++s) {
     if (!run_step(v1::EXCHANGE_PHASE_ALL_GATHER, s, Mod(rank + 1 - s, n),

@@ -6,7 +6,19 @@
 //
 // Every worker ends with bit-identical values: each segment is summed along
 // one chain, divided once by its owner, rounded through the wire encoding
-// by its owner too, and then copied verbatim around the ring.
+// by its owner too, and then copied verbatim around the ring (re-encoding
+// a decoded value gives the same value in every encoding, INT8 included:
+// int8_codec.h).
+//
+// What is rounded where, in a lossy encoding (BF16, INT8): each
+// reduce-scatter step rounds the partial sum this worker sends (its own
+// contribution at step 0, its sum with the predecessor's after), the
+// receiver adds the decoded values in fp32; the owner of a segment rounds
+// the finished mean once, and the all-gather forwards it unchanged. With
+// error feedback (a `residual` buffer) this worker rounds what it sends
+// itself, before the transport does (the same rounding: the transport's
+// encoding of a rounded value is exact), and keeps what each rounding
+// lost (algorithms.md section 3, "INT8 with error feedback").
 //
 // Thread safety: one call at a time per buffer; the transport's contract
 // applies to concurrent calls with different keys.
@@ -59,16 +71,27 @@ std::pair<uint64_t, uint64_t> RingSegment(uint64_t size, int n, int s);
 // floats. `key.phase` and `key.step` are set by the function. On failure
 // `data` holds a partial result and must not be used. `clock` times the
 // steps (the transport's deadlines are on the same clock).
+//
+// `residual`, when not empty (data.size() floats), turns on error
+// feedback: on success it holds what this worker's roundings lost, in
+// units of the sum: at each segment it sent in the reduce-scatter, the
+// partial sum minus its rounding; at the segment it owns, the full sum
+// minus n times the rounded mean; 0 elsewhere (a ring of one). The
+// members' residuals then add up to exactly sum_i data_i - n * mean
+// (up to fp32 rounding of those differences). On failure it is partly
+// written and must not be used.
 RingAllReduceResult RingAllReduceMean(PeerTransport& transport,
                                       const Clock& clock, TransferKey key,
                                       const std::vector<RingMember>& ring,
                                       int rank, std::span<float> data,
                                       std::span<float> scratch,
-                                      const ExchangeOptions& options);
+                                      const ExchangeOptions& options,
+                                      std::span<float> residual = {});
 
 // Rounds `values` in place to what `encoding` can represent (identity for
-// FP32; bf16 round-to-nearest-even for BF16), so a value kept locally equals
-// the value a peer decodes from the wire.
+// FP32; bf16 round-to-nearest-even for BF16; INT8 with blocks counted from
+// values[0], as a transfer of exactly this range encodes them), so a value
+// kept locally equals the value a peer decodes from the wire.
 void RoundToWireEncoding(v1::WireEncoding encoding, std::span<float> values);
 
 }  // namespace gasloc

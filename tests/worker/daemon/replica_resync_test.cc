@@ -142,7 +142,8 @@ struct Outcome {
 // `ring_failure_worker` (or -1) fails its last all-gather step in round
 // 1; worker index `corrupt_worker` (or -1) flips a parameter after round
 // 1's update.
-Outcome RunDiLoCoJob(int ring_failure_worker, int corrupt_worker) {
+Outcome RunDiLoCoJob(int ring_failure_worker, int corrupt_worker,
+                     v1::WireEncoding encoding = v1::WIRE_ENCODING_FP32) {
   prometheus::Registry registry;
   coordinator::CoordinatorMetrics metrics(registry);
   coordinator::CoordinatorOptions coordinator_options;
@@ -226,6 +227,7 @@ Outcome RunDiLoCoJob(int ring_failure_worker, int corrupt_worker) {
   spec.mutable_outer()->set_local_steps(4);
   spec.mutable_exchange()->set_chunk_bytes(4096);
   spec.mutable_exchange()->set_deadline_ms(5000);
+  spec.mutable_exchange()->set_encoding(encoding);
   spec.set_min_workers(kWorkers);
   auto started = coord->StartJob(spec);
   EXPECT_TRUE(started.ok()) << started.status();
@@ -295,9 +297,9 @@ void ExpectBitIdentical(const Outcome& outcome) {
   }
 }
 
-TEST(ReplicaResync, DiLoCoReplicasStayBitIdenticalThroughARingFailure) {
+void ExpectRingFailureRepaired(v1::WireEncoding encoding) {
   const Outcome outcome = RunDiLoCoJob(/*ring_failure_worker=*/0,
-                                       /*corrupt_worker=*/-1);
+                                       /*corrupt_worker=*/-1, encoding);
   EXPECT_EQ(outcome.status.state(), v1::JOB_STATE_FINISHED)
       << outcome.status.message();
   ExpectBitIdentical(outcome);
@@ -316,6 +318,16 @@ TEST(ReplicaResync, DiLoCoReplicasStayBitIdenticalThroughARingFailure) {
   EXPECT_EQ(failed_reports, 1);
   EXPECT_EQ(resynced, 1);
   EXPECT_EQ(outcome.checksum_divergences, 0);
+}
+
+TEST(ReplicaResync, DiLoCoReplicasStayBitIdenticalThroughARingFailure) {
+  ExpectRingFailureRepaired(v1::WIRE_ENCODING_FP32);
+}
+
+// The same with INT8 and error feedback (the failed worker resets its
+// residual; the others keep theirs): no replica parts from the others.
+TEST(ReplicaResync, Int8DiLoCoReplicasStayBitIdenticalThroughARingFailure) {
+  ExpectRingFailureRepaired(v1::WIRE_ENCODING_INT8);
 }
 
 TEST(ReplicaResync, SilentDivergenceIsCountedAndRepaired) {

@@ -52,6 +52,24 @@ TEST(ModelFetch, RoundTripsParamsAndOuterState) {
   EXPECT_EQ(model->outer_state, outer);
 }
 
+// Joins stay lossless: INT8 is an all-reduce encoding, refused here
+// before any chunk is written.
+TEST(ModelFetch, Int8IsRefused) {
+  ModelSnapshot snapshot;
+  snapshot.job_id = 6;
+  const std::vector<float> params = Values(300, 1);
+  snapshot.params = params;
+  int written = 0;
+  const absl::Status s = ModelChunks(snapshot, 5, v1::WIRE_ENCODING_INT8, 1024,
+                                     [&](const v1::ExchangeChunk&) {
+                                       ++written;
+                                       return true;
+                                     });
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("not INT8"));
+  EXPECT_EQ(written, 0);
+}
+
 TEST(ModelFetch, EmptyOuterStateIsOneEmptyLastChunk) {
   const auto params = Values(300, 1);
   auto chunks = Encode(params, {}, v1::WIRE_ENCODING_BF16);

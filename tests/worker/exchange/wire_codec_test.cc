@@ -149,7 +149,8 @@ TEST(Payload, CheckedDecodeMatchesTheReferenceCrcAndConversion) {
 TEST(Payload, UnknownEncodingAndSizeMismatchAreInvalidArgument) {
   std::string payload;
   std::vector<float> values(4, 1.0f);
-  EXPECT_EQ(EncodePayload(values, v1::WIRE_ENCODING_INT8, &payload).code(),
+  EXPECT_EQ(EncodePayload(values, static_cast<v1::WireEncoding>(42), &payload)
+                .code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(BytesPerElement(static_cast<v1::WireEncoding>(42)).status().code(),
             absl::StatusCode::kInvalidArgument);
@@ -282,8 +283,11 @@ TEST_F(ValidateTest, BadGeometryPayloadOrChecksumIsInvalidArgument) {
   h->set_arena_elements(999);
   expect_invalid("arena", "arena has 999");
   h->set_arena_elements(1000);
+  h->set_encoding(static_cast<v1::WireEncoding>(42));
+  expect_invalid("encoding", "unsupported wire encoding unknown(42)");
+  // 100 INT8 values take 100 bytes and one 4-byte block scale.
   h->set_encoding(v1::WIRE_ENCODING_INT8);
-  expect_invalid("encoding", "unsupported wire encoding INT8");
+  expect_invalid("INT8 size", "header says 100 elements of INT8 = 104 bytes");
   h->set_encoding(v1::WIRE_ENCODING_FP32);
   (*chunk_.mutable_payload())[5] ^= 1;
   expect_invalid("crc", "bad checksum");

@@ -434,6 +434,39 @@ TEST(OverlappedExchange, DilocoEagerReplicasAgreeOnTheMeanAndFollowTheRule) {
             Values(w[1]->runner.replicated_params()));
 }
 
+// INT8 with error feedback under the overlap, the outer step DELAYED or
+// EAGER: every round, the three replicas' checksums (over the round's
+// result, or the all-reduced mean) agree.
+TEST(OverlappedExchange, Int8DilocoReplicasAgreeDelayedOrEager) {
+  for (v1::OverlapUpdate update :
+       {v1::OVERLAP_UPDATE_DELAYED, v1::OVERLAP_UPDATE_EAGER}) {
+    SCOPED_TRACE(v1::OverlapUpdate_Name(update));
+    v1::JobSpec spec = Spec(v1::ALGORITHM_DILOCO);
+    spec.mutable_outer()->set_overlap_exchange(true);
+    spec.mutable_outer()->set_overlap_update(update);
+    spec.mutable_exchange()->set_encoding(v1::WIRE_ENCODING_INT8);
+    ASSERT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+    InProcessNetwork network;
+    std::vector<std::unique_ptr<SimWorker>> w;
+    const float targets[] = {+1.0f, -1.0f, +0.5f};
+    for (uint64_t id = 1; id <= 3; ++id)
+      w.push_back(
+          std::make_unique<SimWorker>(network, id, spec, targets[id - 1]));
+    for (int round = 0; round < 4; ++round) {
+      SCOPED_TRACE(round);
+      const auto reports = testing::RunAll(
+          w, std::vector<v1::Assignment>(
+                 3, testing::RingAssignment(round, 3, 4)));
+      for (const auto& report : reports) {
+        ASSERT_TRUE(report.ok()) << report.status();
+        EXPECT_EQ(report->failed_peers_size(), 0);
+        EXPECT_NE(report->replica_checksum(), 0u);
+        EXPECT_EQ(report->replica_checksum(), reports[0]->replica_checksum());
+      }
+    }
+  }
+}
+
 // Eager updates and a failed ring: worker 1's last all-gather step of
 // round 0 fails while workers 2 and 3 complete the ring. Worker 1 drops
 // the round, its eager step included (its round start is theta_0 again),

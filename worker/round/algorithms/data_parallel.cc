@@ -12,7 +12,10 @@ namespace {
 
 class DataParallel : public OuterAlgorithm {
  public:
-  explicit DataParallel(const OuterContext& context) : context_(context) {}
+  explicit DataParallel(const OuterContext& context)
+      : context_(context),
+        feedback_(context.buffers->theta_start,
+                  context.spec->exchange().encoding()) {}
 
   // One step's gradients, not applied.
   absl::Status Prepare(OuterRound& round) override {
@@ -51,9 +54,9 @@ class DataParallel : public OuterAlgorithm {
     if (rank >= 0 && ring.size() > 1) {
       FloatArena& grads = context_.trainer->grads();
       context_.buffers->y.CopyFrom(grads);  // keep the local gradient
-      ExchangeResult result = RingExchange(context_, round, ring, rank,
-                                           grads.flat(),
-                                           context_.buffers->scratch.flat());
+      ExchangeResult result = RingExchange(
+          context_, round, ring, rank, grads.flat(),
+          context_.buffers->scratch.flat(), &feedback_);
       if (result.resync) return result;
     }
     // On a horizon the step's cosine follows the round's progress; the
@@ -74,6 +77,7 @@ class DataParallel : public OuterAlgorithm {
 
  private:
   OuterContext context_;
+  ErrorFeedback feedback_;  // INT8: the gradients' rounding carried over
 };
 
 }  // namespace
