@@ -199,8 +199,8 @@ struct OursResult {
   uint64_t params = 0;
   double tokens_per_s = 0, ms_per_step = 0, fwd_bwd_ms = 0, optimizer_ms = 0;
   double peak_rss_bytes = 0, gflops = 0, fwd_bwd_gflops = 0;
-  // --profile: the model's operation times over the timed steps, and the
-  // mean fwd+bwd and optimizer times of those same steps.
+  // --profile: the model's operation times summed over the timed steps,
+  // and the fwd+bwd and optimizer seconds of those same steps, summed.
   std::optional<TransformerModel::OpProfile> profile;
   int profiled_steps = 0;
   double profiled_fwd_bwd_s = 0, profiled_optimizer_s = 0;
@@ -272,7 +272,7 @@ absl::StatusOr<OursResult> RunOurs(const BenchOptions& o,
   const std::string computed = ComputedPrecision(o.dtype);
   for (int i = 0; i < o.steps; ++i) {
     const bool timed = i >= o.warmup || o.steps <= o.warmup;
-    if (o.profile && timed && r.profiled_steps == 0) {
+    if (o.profile && timed && step_s.empty()) {
       transformer->ResetProfile();
       transformer->EnableProfile(true);
     }
@@ -295,11 +295,6 @@ absl::StatusOr<OursResult> RunOurs(const BenchOptions& o,
                 computed.c_str(), floor_note.c_str());
     std::fflush(stdout);
     if (timed) {
-      if (o.profile) {
-        ++r.profiled_steps;
-        r.profiled_fwd_bwd_s += Seconds(t0, t1);
-        r.profiled_optimizer_s += Seconds(t1, t2);
-      }
       step_s.push_back(s);
       fwd_bwd_s.push_back(Seconds(t0, t1));
       optimizer_s.push_back(Seconds(t1, t2));
@@ -312,6 +307,9 @@ absl::StatusOr<OursResult> RunOurs(const BenchOptions& o,
   if (o.profile) {
     transformer->EnableProfile(false);
     r.profile = transformer->profile();
+    r.profiled_steps = static_cast<int>(step_s.size());
+    for (double s : fwd_bwd_s) r.profiled_fwd_bwd_s += s;
+    for (double s : optimizer_s) r.profiled_optimizer_s += s;
   }
   r.params = t.params().layout().parameter_count();
   r.tokens_per_s = t.tokens_per_step() / median;
