@@ -77,7 +77,7 @@ constexpr char kUsage[] =
     "[--chunk_kib=K,...] [--reps=R] [--http2=bulk,default] "
     "[--malloc=tuned|glibc]\n"
     "  --floats     model sizes in floats (default 4194304,25000000)\n"
-    "  --encodings  wire encodings (default fp32,bf16)\n"
+    "  --encodings  wire encodings: fp32, bf16, int8 (default fp32,bf16)\n"
     "  --chunk_kib  chunk payload sizes in KiB, 4..3072 (default 256,1024)\n"
     "  --reps       runs per measurement, median reported (default 3)\n"
     "  --http2      transport settings: bulk (server/http2_tuning.h) and/or\n"
@@ -399,9 +399,11 @@ int RunExchangeBench(int argc, char** argv) {
         config.encodings.push_back(v1::WIRE_ENCODING_FP32);
       } else if (e == "bf16") {
         config.encodings.push_back(v1::WIRE_ENCODING_BF16);
+      } else if (e == "int8") {
+        config.encodings.push_back(v1::WIRE_ENCODING_INT8);
       } else {
-        return Usage(argv[0],
-                     absl::StrCat("unknown encoding '", e, "' (fp32, bf16)"));
+        return Usage(argv[0], absl::StrCat("unknown encoding '", e,
+                                           "' (fp32, bf16, int8)"));
       }
     }
   }
@@ -488,8 +490,9 @@ int RunExchangeBench(int argc, char** argv) {
                 "model GB/s", "wire/TCP", "model/TCP", "wire/iperf3",
                 "wire/raw-gRPC");
     for (v1::WireEncoding encoding : config.encodings) {
+      // Wire bytes per fp32 model byte (INT8: its block scales included).
       const double wire_per_model =
-          encoding == v1::WIRE_ENCODING_BF16 ? 0.5 : 1.0;
+          static_cast<double>(*PayloadBytes(encoding, 1 << 20)) / (4 << 20);
       for (uint32_t kib : config.chunk_kib) {
         for (bool both_ways : {false, true}) {
           ExchangeOptions options;
