@@ -17,20 +17,28 @@
 #   curves.csv    one row per (corpus, config, seed, evaluation)
 #   summary.csv   mean and sample standard deviation over the seeds
 #   final.md      the last evaluation per (corpus, config) as a table
+#   paired.md     with --reference: every configuration against it, seed by
+#                 seed (scripts/equal_tokens_report.py: paired gaps with
+#                 95% intervals, the non-inferiority verdict, bytes sent)
 #   <corpus>-bpb-tokens.png, <corpus>-bpb-wall.png, <corpus>-consensus.png
 #                 the curves with the seeds' spread as error bars (gnuplot)
 #
 #   bench/measure_outer.sh [options] [CORPUS...]
 #     CORPUS          text files (default tests/data/tinyshakespeare.txt)
 #     --configs LIST  comma list of ALGO<H>[@ETA/GAMMA][+PLACEMENT][+2p]
-#                     [+lrX] and solo, ALGO one of gasloc, diloco, dpsgd,
+#                     [+ENCODING][+lrX] and solo, ALGO one of gasloc, diloco, dpsgd,
 #                     localsgd (default gasloc50,diloco50,dpsgd1,gasloc1,
 #                     solo); @ETA/GAMMA sets GASLoC's outer step and
 #                     momentum (DiLoCo's and local SGD's outer lr and mu),
 #                     +local, +mixed or +pg its momentum placement (LOCAL,
 #                     MIXED, PSEUDO_GRADIENT), +2p two random peers a
-#                     round, +lrX the inner AdamW peak learning rate X
-#                     (default --lr); e.g. gasloc50+pg+2p, dpsgd1+lr0.004
+#                     round, +fp32, +bf16 or +int8 the exchange's wire
+#                     encoding (default the job spec's, fp32), +lrX the
+#                     inner AdamW peak learning rate X (default --lr);
+#                     e.g. gasloc50+pg+2p, diloco50+int8, dpsgd1+lr0.004
+#     --reference C   pair every configuration with C (e.g. diloco50) in
+#                     paired.md; --margin PCT its non-inferiority margin
+#                     (default 1)
 #     --seeds N       seeds per configuration (default 3), from --first-seed
 #     --first-seed N  (default 1)
 #     --workers N     workers per cluster (default 4)
@@ -48,7 +56,7 @@ cd "$(dirname "$0")/.."
 configs=gasloc50,diloco50,dpsgd1,gasloc1,solo
 seeds=3; first_seed=1; workers=4; steps=300; evals=10
 model=tiny; threads=1; lr=0.002; warmup=20; eval_windows=32
-build=build/release; out=""
+build=build/release; out=""; reference=""; margin=1
 corpora=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -65,6 +73,8 @@ while [ $# -gt 0 ]; do
     --eval-windows) eval_windows="$2"; shift 2 ;;
     --build) build="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
+    --reference) reference="$2"; shift 2 ;;
+    --margin) margin="$2"; shift 2 ;;
     -h|--help) sed -n '2,/^set -e/{/^#/p}' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "measure_outer: unknown option $1" >&2; exit 2 ;;
     *) corpora+=("$1"); shift ;;
@@ -92,7 +102,7 @@ esac
 out="${out:-runs/measure-$(date +%Y%m%d-%H%M%S)}"
 mkdir -p "$out"; out="$(realpath "$out")"
 curves="$out/curves.csv"
-echo "corpus,config,seed,round,tokens,wall_s,worker_bpb_mean,worker_bpb_min,worker_bpb_max,avg_model_bpb,consensus_distance" > "$curves"
+echo "corpus,config,seed,round,tokens,wall_s,worker_bpb_mean,worker_bpb_min,worker_bpb_max,avg_model_bpb,consensus_distance,bytes_sent_per_worker" > "$curves"
 
 # cluster_run CORPUS CONFIG SEED: one cluster run, its rows in curves.csv.
 cluster_run() {
@@ -101,6 +111,9 @@ cluster_run() {
   local extra=() inner_lr="$lr"
   if [[ "$rest" =~ ^(.*)\+lr([0-9]*\.?[0-9]+)$ ]]; then
     rest="${BASH_REMATCH[1]}"; inner_lr="${BASH_REMATCH[2]}"
+  fi
+  if [[ "$rest" =~ ^(.*)\+(fp32|bf16|int8)$ ]]; then
+    rest="${BASH_REMATCH[1]}"; extra+=(--encoding "${BASH_REMATCH[2]}")
   fi
   if [[ "$rest" == *+2p ]]; then rest="${rest%+2p}"; extra+=(--topology two_peer); fi
   if [[ "$rest" == *+mixed ]]; then rest="${rest%+mixed}"; extra+=(--placement mixed); fi
@@ -156,17 +169,24 @@ stamp = re.compile(r"^[IWE](\d{8} \d\d:\d\d:\d\d\.\d+) .*job \d+ round (\d+)"
                    r"( \(epoch| done: loss [^,]*, val bpb ([0-9.eE+-]+))")
 def when(s):
     return datetime.datetime.strptime(s, "%Y%m%d %H:%M:%S.%f").timestamp()
-start, bpb, done_at = None, {}, {}
+sent_re = re.compile(r", sent (\d+) B")
+start, bpb, done_at, sent = None, {}, {}, {}
 for log in sorted(glob.glob(f"{d}/worker*.log")):
     for line in open(log, errors="replace"):
         m = stamp.match(line)
         if not m: continue
         t, r = when(m.group(1)), int(m.group(2))
+        if b := sent_re.search(line):
+            sent.setdefault(log, {})[r] = int(b.group(1))
         if m.group(3).startswith(" (epoch"):
             if r == 0: start = t if start is None else min(start, t)
         elif m.group(4) and float(m.group(4)) > 0:
             bpb.setdefault(r, []).append(float(m.group(4)))
             done_at[r] = max(done_at.get(r, t), t)
+def sent_through(r):
+    """Bytes one worker sent in rounds 0..r, the mean over the workers."""
+    totals = [sum(b for k, b in per.items() if k <= r) for per in sent.values()]
+    return round(sum(totals) / len(totals)) if totals else ""
 cons = {}
 for line in open(f"{d}.consensus.jsonl"):
     c = json.loads(line); cons[c["round"]] = c
@@ -176,7 +196,8 @@ for r in sorted(bpb):
         os.path.basename(corpus), config, seed, r, workers * (r + 1) * h * tps,
         round(done_at[r] - start, 2) if start else "",
         round(sum(v) / len(v), 5), min(v), max(v),
-        c.get("avg_val_bpb", ""), c.get("consensus_distance", "")]))
+        c.get("avg_val_bpb", ""), c.get("consensus_distance", ""),
+        sent_through(r)]))
 PY
 }
 
@@ -204,7 +225,7 @@ for line in lines:
         print(",".join(str(x) for x in [
             os.path.basename(corpus), "solo", seed, step - 1,
             step * int(tps), round(float(m.group(1)) - start, 2),
-            m.group(3), m.group(3), m.group(3), m.group(3), ""]))
+            m.group(3), m.group(3), m.group(3), m.group(3), "", 0]))
 PY
 }
 tps_solo=$tokens_per_step
@@ -315,4 +336,8 @@ plot $(plots 1 7 8)
 GP
 done
 cat "$out/final.md"
+if [ -n "$reference" ]; then
+  /usr/bin/python3 scripts/equal_tokens_report.py "$curves" \
+    --reference "$reference" --margin "$margin" --out "$out/paired.md"
+fi
 echo "measure_outer: curves.csv, summary.csv, final.md and the PNGs in $out"

@@ -31,6 +31,9 @@
 #                        pseudo_gradient (default: the job spec's)
 #     --topology T       gossip graph of a round: one_peer, two_peer, ring
 #                        or complete (default: the job spec's, one_peer)
+#     --encoding E       the exchange's wire encoding: fp32, bf16 or int8
+#                        (default: the job spec's, fp32; int8 is for the
+#                        all-reduce algorithms: docs/exchange.md)
 #     --no-sample        do not print a generated sample at the end
 #     --build DIR        build folder (default build/release)
 #     --run-dir DIR      where logs, state and checkpoints go
@@ -62,6 +65,7 @@ sample=1
 insecure=0
 budget_json=""
 outer_json=""
+encoding_json=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --workers) workers="$2"; shift 2 ;;
@@ -98,6 +102,12 @@ while [ $# -gt 0 ]; do
         one_peer|two_peer) outer_json+=", \"topology\": \"TOPOLOGY_RANDOM_${2^^}\"" ;;
         ring|complete) outer_json+=", \"topology\": \"TOPOLOGY_${2^^}\"" ;;
         *) echo "local_cluster: --topology wants one_peer, two_peer, ring or complete, got '${2:-}'" >&2; exit 2 ;;
+      esac
+      shift 2 ;;
+    --encoding)
+      case "${2:-}" in
+        fp32|bf16|int8) encoding_json=", \"encoding\": \"WIRE_ENCODING_${2^^}\"" ;;
+        *) echo "local_cluster: --encoding wants fp32, bf16 or int8, got '${2:-}'" >&2; exit 2 ;;
       esac
       shift 2 ;;
     -h|--help) sed -n '2,/^set -e/{/^#/p}' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
@@ -210,7 +220,7 @@ cat > "$run_dir/job.json" <<JSON
   "data": {"corpusPath": "$corpus", "evalWindows": $eval_windows,
            "evalIntervalRounds": $eval_every},
   "outer": {"algorithm": "$algo_enum", "localSteps": $local_steps$budget_json$outer_json},
-  "exchange": {"deadlineMs": 20000},
+  "exchange": {"deadlineMs": 20000$encoding_json},
   "checkpoint": {"directory": "$run_dir/checkpoints", "intervalRounds": $checkpoint_every},
   "stop": {"maxRounds": "$rounds"},
   "minWorkers": $workers

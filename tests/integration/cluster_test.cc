@@ -47,6 +47,19 @@ std::vector<double> LoggedPeerDistance(const std::string& log) {
   return values;
 }
 
+// The bytes a worker logged as sent in job `job`'s rounds ("job J round R
+// done: ..., sent N B, ..."), summed: what bench/measure_outer.sh reads.
+double LoggedSentBytes(const std::string& log, uint64_t job) {
+  const std::regex line(
+      absl::StrCat("job ", job, R"( round [0-9]+ done: [^\n]*, sent ([0-9]+) B)"));
+  double sum = 0;
+  for (auto it = std::sregex_iterator(log.begin(), log.end(), line);
+       it != std::sregex_iterator(); ++it) {
+    sum += std::stod((*it)[1]);
+  }
+  return sum;
+}
+
 double MaxPairwiseDistance(const std::vector<std::vector<float>>& params) {
   double worst = 0;
   for (size_t i = 0; i < params.size(); ++i)
@@ -179,6 +192,7 @@ TEST(ClusterTest, DilocoWithInt8ExchangeKeepsItsReplicasOnAQuarterOfTheBytes) {
   ASSERT_NO_FATAL_FAILURE(cluster.StartWorkers(3, {metrics_port}));
   const int rounds = 4;
   double bytes[2] = {0, 0}, final_bpb[2] = {0, 0};
+  uint64_t jobs[2] = {0, 0};
   for (int run = 0; run < 2; ++run) {  // INT8, then FP32
     v1::JobSpec spec = cluster.TinySpec(v1::ALGORITHM_DILOCO, rounds, 3);
     if (run == 0) {
@@ -187,7 +201,7 @@ TEST(ClusterTest, DilocoWithInt8ExchangeKeepsItsReplicasOnAQuarterOfTheBytes) {
       spec.mutable_checkpoint()->set_directory(
           absl::StrCat(cluster.dir(), "/ckpt-fp32"));
     }
-    const uint64_t job = cluster.StartJob(spec);
+    const uint64_t job = jobs[run] = cluster.StartJob(spec);
     const v1::JobStatus status =
         cluster.WaitForJobEnd(job, absl::Seconds(150));
     ASSERT_EQ(status.state(), v1::JOB_STATE_FINISHED) << status.message();
@@ -202,6 +216,12 @@ TEST(ClusterTest, DilocoWithInt8ExchangeKeepsItsReplicasOnAQuarterOfTheBytes) {
             << final_bpb[0] << ", FP32 " << final_bpb[1] << "\n";
   EXPECT_GT(bytes[1] / bytes[0], 3.8);
   EXPECT_LT(bytes[1] / bytes[0], 4.0);
+  // The round log carries the same count as the metric (worker 0 serves
+  // the metrics).
+  for (int run = 0; run < 2; ++run) {
+    EXPECT_EQ(LoggedSentBytes(cluster.WorkerLog(0), jobs[run]), bytes[run])
+        << "job " << jobs[run];
+  }
   EXPECT_LT(final_bpb[0], 7.0);
   EXPECT_NEAR(final_bpb[0], final_bpb[1], 0.03 * final_bpb[1]);
   for (int i = 0; i < 3; ++i) {

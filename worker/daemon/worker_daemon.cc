@@ -298,7 +298,9 @@ uint64_t WorkerDaemon::FinishRound(Job& job, const v1::Assignment& assignment,
                    << report.wire_seconds() << " s, waiting "
                    << report.wait_seconds() << " s, peer distance "
                    << report.peer_distance() << ", "
-                   << report.failed_peers_size() << " failed peer(s)";
+                   << report.failed_peers_size() << " failed peer(s), sent "
+                   << report.bytes_sent() << " B, received "
+                   << report.bytes_received() << " B";
   return checkpoint_next_round;
 }
 
