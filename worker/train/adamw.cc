@@ -80,9 +80,12 @@ float AdamW::next_lr() const {
 double GlobalGradNorm(const FloatArena& grads, int threads) {
   const float* g = grads.data();
   const int64_t n = static_cast<int64_t>(grads.size());
+  // `simd`: the reduction in vector lanes of doubles. Without it each
+  // thread adds one double at a time into one register (a chain of 4-cycle
+  // adds), about 14 ms of a 535 ms D24 step on AMX, 5x its memory time.
   double sum = 0;
-#pragma omp parallel for num_threads(Threads(threads)) reduction(+ : sum) \
-    schedule(static)
+#pragma omp parallel for simd num_threads(Threads(threads)) \
+    reduction(+ : sum) schedule(static)
   for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(g[i]) * g[i];
   return std::sqrt(sum);
 }
