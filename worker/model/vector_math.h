@@ -3,8 +3,9 @@
 // exp for non-positive arguments, scalar and AVX2 (the build's x86-64-v3
 // baseline; the compiler does not vectorize floor and bit casts itself).
 // With __AVX512BF16__ (the AVX512_BF16 build of elementwise_loops) a bf16
-// store is one vcvtneps2bf16. Everything has internal linkage (an unnamed
-// namespace): copies compiled for different instruction sets must not be
+// store is one vcvtneps2bf16, and 16-lane versions serve the loops bound
+// by arithmetic (GELU, the causal softmax). Everything has internal
+// linkage (an unnamed namespace): copies compiled for different instruction sets must not be
 // merged by the linker. Internal to worker/model; pure functions,
 // thread-safe.
 #ifndef GASLOC_WORKER_MODEL_VECTOR_MATH_H_
@@ -70,6 +71,48 @@ inline __m256 Exp8NonPositive(__m256 z) {
       _mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
   return _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
 }
+
+#ifdef __AVX512BF16__
+// The same on 16 lanes (the AVX512_BF16 build): floor by roundscale and
+// 2^k by scalef, which equal the 8-lane version's floor and exponent bits
+// for every k this range gives, so both round alike.
+template <bool kBf16Grade = false>
+inline __m512 Exp16NonPositive(__m512 z) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  z = _mm512_max_ps(_mm512_set1_ps(-87.0f), z);
+  const __m512 k = _mm512_roundscale_ps(
+      _mm512_fmadd_ps(z, _mm512_set1_ps(1.44269504f), _mm512_set1_ps(0.5f)),
+      _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  __m512 r, p;
+  if constexpr (kBf16Grade) {
+    r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693147181f), z);
+    p = _mm512_set1_ps(1.0f / 24.0f);
+  } else {
+    r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693145752f), z);
+    r = _mm512_fnmadd_ps(k, _mm512_set1_ps(1.42860677e-6f), r);
+    p = _mm512_set1_ps(1.0f / 720.0f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
+  }
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, r, one);
+  p = _mm512_fmadd_ps(p, r, one);
+  return _mm512_scalef_ps(p, k);
+}
+
+// Sixteen elements to and from f32 lanes.
+inline __m512 Load16(const float* p) { return _mm512_loadu_ps(p); }
+inline void Store16(__m512 v, float* p) { _mm512_storeu_ps(p, v); }
+inline __m512 Load16(const uint16_t* p) {
+  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16));
+}
+inline void Store16(__m512 v, uint16_t* p) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
+                      reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v)));
+}
+#endif  // __AVX512BF16__
 
 // Sum of the 8 lanes.
 inline float HorizontalSum8(__m256 v) {

@@ -284,9 +284,9 @@ TEST_P(KernelTest, CausalAttentionMatchesReference) {
 
 TEST_P(KernelTest, CausalSoftmaxMatchesReference) {
   const dt cdt = GetParam();
-  // Two heads of a 5-row block at query offset 14 over n = 19 keys: rows
-  // keep 15..19 keys (vector part plus tails) and zeros after.
-  const int H = 2, rows = 5, n = 19, r0 = 14, total = H * rows;
+  // Two heads of a 12-row block at query offset 14 over n = 26 keys: rows
+  // keep 15..26 keys (16- and 8-lane parts, tails) and zeros after.
+  const int H = 2, rows = 12, n = 26, r0 = 14, total = H * rows;
   std::vector<float> scores = Random(total * n, 21);
   for (float& v : scores) v *= 4.0f;
   std::vector<float> want(total * n);
