@@ -4,7 +4,8 @@
 // function pointers, built twice from one source (elementwise_loops_inl.h):
 // for the AVX2 baseline, and for CPUs with AVX512_BF16, where a bf16 store
 // is one vcvtneps2bf16 instead of ten integer instructions (GELU 35% faster,
-// docs/benchmarks.md). The build is picked once per process from CPUID;
+// docs/benchmarks.md) and GELU and the softmax loops take 16 lanes at a
+// time. The build is picked once per process from CPUID;
 // GASLOC_ELEMENTWISE_ISA=avx2 forces the baseline (the project's cap,
 // used with oneDNN's ONEDNN_MAX_CPU_ISA=AVX2 to run a machine as AVX2-only). Both builds round to
 // nearest even; the AVX512_BF16 one flushes bf16 denormals (|x| < 1.2e-38)
