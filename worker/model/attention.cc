@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <stdexcept>
 
 #include "worker/model/elementwise_loops.h"
 
@@ -12,40 +13,57 @@ namespace gasloc::kernels {
 
 // ---------------------------------------------------------------- layouts
 
-namespace {
-
-// `dims` and `strides` of 2-byte elements as bytes: one more dimension of
-// 2, every stride doubled.
-dnnl::memory::desc BytePairs(const Dims& dims, const Dims& strides) {
-  Dims byte_dims = dims, byte_strides;
-  byte_dims.push_back(2);
-  for (int64_t s : strides) byte_strides.push_back(2 * s);
-  byte_strides.push_back(1);
-  return StridedMd(byte_dims, dt::u8, byte_strides);
-}
-
-bool AsBytePairs(dt type) {
-  return type == dt::bf16 && Bf16ComputeMode() == Bf16Compute::kWidened;
-}
-
-}  // namespace
-
-Permute::Permute(DnnlEnv* env, const Dims& dims, const Dims& src_strides,
+Permute::Permute(const Dims& dims, const Dims& src_strides,
                  const Dims& dst_strides, dt type)
-    : env_(env),
-      src_md_(AsBytePairs(type) ? BytePairs(dims, src_strides)
-                                : StridedMd(dims, type, src_strides)),
-      dst_md_(AsBytePairs(type) ? BytePairs(dims, dst_strides)
-                                : StridedMd(dims, type, dst_strides)) {
-  prim_ = dnnl::reorder(
-      dnnl::reorder::primitive_desc(env->engine, src_md_, env->engine, dst_md_));
+    : dims_(dims),
+      src_strides_(src_strides),
+      dst_strides_(dst_strides),
+      esize_(DtSize(type)) {
+  if (dims.size() < 2 || dims.size() > kMaxDims ||
+      src_strides.size() != dims.size() ||
+      dst_strides.size() != dims.size() || src_strides.back() != 1 ||
+      dst_strides.back() != 1) {
+    throw std::invalid_argument(
+        "Permute: needs 2 to 8 dimensions, a stride per dimension and the "
+        "last dimension contiguous on both sides");
+  }
 }
 
-void Permute::Run(const void* src, void* dst) {
-  dnnl::memory src_mem(src_md_, env_->engine, const_cast<void*>(src));
-  dnnl::memory dst_mem(dst_md_, env_->engine, dst);
-  prim_.execute(env_->stream, src_mem, dst_mem);
-  env_->stream.wait();
+void Permute::Run(const void* src, void* dst) const {
+  const int nd = static_cast<int>(dims_.size());
+  const size_t row = static_cast<size_t>(dims_.back()) * esize_;
+  // The dimensions between the first and the last, walked as an odometer
+  // inside each index of the first (and, for 3 or more dimensions, the
+  // second: the parallel loop covers dims[0] x dims[1]).
+  const int split = nd >= 3 ? 2 : 1;
+  int64_t outer = 1;
+  for (int d = 0; d < split; ++d) outer *= dims_[d];
+  const char* in = static_cast<const char*>(src);
+  char* out = static_cast<char*>(dst);
+#pragma omp parallel for schedule(static)
+  for (int64_t o = 0; o < outer; ++o) {
+    int64_t s_off = 0, d_off = 0, rest = o;
+    for (int d = split - 1; d >= 0; --d) {
+      const int64_t i = rest % dims_[d];
+      rest /= dims_[d];
+      s_off += i * src_strides_[d];
+      d_off += i * dst_strides_[d];
+    }
+    int64_t idx[kMaxDims] = {};  // of dims [split, nd - 1)
+    while (true) {
+      std::memcpy(out + d_off * esize_, in + s_off * esize_, row);
+      int d = nd - 2;
+      for (; d >= split; --d) {
+        s_off += src_strides_[d];
+        d_off += dst_strides_[d];
+        if (++idx[d - split] < dims_[d]) break;
+        s_off -= dims_[d] * src_strides_[d];
+        d_off -= dims_[d] * dst_strides_[d];
+        idx[d - split] = 0;
+      }
+      if (d < split) break;
+    }
+  }
 }
 
 namespace {
@@ -71,14 +89,14 @@ Dims HeadMajorOut(int T, int C, int H) {
 
 }  // namespace
 
-HeadLayout::HeadLayout(DnnlEnv* env, int B, int T, int C, int H, dt cdt)
-    : qkv_to_heads(env, {B, T, 3, H, C / H}, RowMajorQkv(T, C, H),
+HeadLayout::HeadLayout(int B, int T, int C, int H, dt cdt)
+    : qkv_to_heads({B, T, 3, H, C / H}, RowMajorQkv(T, C, H),
                    HeadMajorQkv(T, C, H), cdt),
-      out_from_heads(env, {B, T, H, C / H}, HeadMajorOut(T, C, H),
+      out_from_heads({B, T, H, C / H}, HeadMajorOut(T, C, H),
                      RowMajorOut(T, C, H), cdt),
-      dout_to_heads(env, {B, T, H, C / H}, RowMajorOut(T, C, H),
+      dout_to_heads({B, T, H, C / H}, RowMajorOut(T, C, H),
                     HeadMajorOut(T, C, H), cdt),
-      dqkv_from_heads(env, {B, T, 3, H, C / H}, HeadMajorQkv(T, C, H),
+      dqkv_from_heads({B, T, 3, H, C / H}, HeadMajorQkv(T, C, H),
                       RowMajorQkv(T, C, H), cdt) {}
 
 // ---------------------------------------------------------------- attention

@@ -80,7 +80,7 @@ absl::StatusOr<std::unique_ptr<TransformerPlan>> TransformerPlan::Build(
     }
     plan->attn = std::make_unique<kernels::CausalAttention>(
         env, length, C, config.heads, cdt);
-    plan->heads = std::make_unique<kernels::HeadLayout>(env, batch, length, C,
+    plan->heads = std::make_unique<kernels::HeadLayout>(batch, length, C,
                                                         config.heads, cdt);
     if (cdt == dt::bf16) {
       plan->dx_to_bf16 = std::make_unique<kernels::Convert>(

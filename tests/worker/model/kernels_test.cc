@@ -13,6 +13,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <stdexcept>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -252,7 +253,7 @@ TEST_P(KernelTest, CausalAttentionMatchesReference) {
   SCOPED_TRACE(block_rows);
   CausalAttention attn(&env_, T, C, H, cdt, block_rows);
   EXPECT_EQ(attn.blocks(), (T + std::min(T, block_rows) - 1) / std::min(T, block_rows));
-  HeadLayout heads(&env_, B, T, C, H, cdt);
+  HeadLayout heads(B, T, C, H, cdt);
   Buf qkv(B * T * 3 * C, cdt), dout(B * T * C, cdt), out(B * T * C, cdt),
       dqkv(B * T * 3 * C, cdt);
   Buf qkvh(B * T * 3 * C, cdt), douth(B * T * C, cdt), outh(B * T * C, cdt),
@@ -346,7 +347,7 @@ TEST_P(KernelTest, CausalSoftmaxMatchesReference) {
 TEST_P(KernelTest, HeadLayoutPermutesAsDocumented) {
   const dt type = GetParam();
   const int B = 2, T = 5, C = 12, H = 3, hd = C / H;
-  HeadLayout heads(&env_, B, T, C, H, type);
+  HeadLayout heads(B, T, C, H, type);
   std::vector<float> v(B * T * 3 * C);
   for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i % 251);
   Buf qkv(v.size(), type), qkvh(v.size(), type), back(v.size(), type);
@@ -377,6 +378,32 @@ TEST_P(KernelTest, HeadLayoutPermutesAsDocumented) {
                     v[(b * T + t) * C + hh * hd + i]);
         }
   EXPECT_EQ(out2.Get(), out.Get());
+}
+
+// Permute on 2 and 3 dimensions (the odometer's edge cases; HeadLayout
+// above covers 4 and 5), against the index loop, and its refusals.
+TEST(PermuteTest, MovesRowsOfAnyRankAndRefusesAStridedLastDimension) {
+  // (A, B) rows of R floats to the index order (B, A).
+  const int A = 3, Bn = 4, R = 2;
+  std::vector<float> src(A * Bn * R), dst(A * Bn * R, -1.0f);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>(i);
+  Permute three({A, Bn, R}, {Bn * R, R, 1}, {R, A * R, 1}, dt::f32);
+  three.Run(src.data(), dst.data());
+  for (int a = 0; a < A; ++a)
+    for (int b = 0; b < Bn; ++b)
+      for (int r = 0; r < R; ++r)
+        ASSERT_EQ(dst[(b * A + a) * R + r], src[(a * Bn + b) * R + r]);
+  // Two dimensions: rows of 3 bf16 values into a gapped destination.
+  std::vector<uint16_t> in(4 * 3), out(4 * 5, 0);
+  for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<uint16_t>(i + 1);
+  Permute two({4, 3}, {3, 1}, {5, 1}, dt::bf16);
+  two.Run(in.data(), out.data());
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 5; ++j)
+      ASSERT_EQ(out[i * 5 + j], j < 3 ? in[i * 3 + j] : 0) << i << " " << j;
+  EXPECT_THROW(Permute({2, 3}, {3, 1}, {1, 2}, dt::f32), std::invalid_argument);
+  EXPECT_THROW(Permute({6}, {1}, {1}, dt::f32), std::invalid_argument);
+  EXPECT_THROW(Permute({2, 3}, {3, 1}, {1}, dt::f32), std::invalid_argument);
 }
 
 TEST_P(KernelTest, ConvertRoundTrips) {
