@@ -60,6 +60,8 @@ struct Config {
   std::vector<bool> bulk_tuning = {true, false};
   // TuneMallocForStreaming() as the worker does (false: glibc's defaults).
   bool malloc_tuning = true;
+  // Raw gRPC over several concurrent streams (one-way rows), besides one.
+  std::vector<uint64_t> raw_streams;
 };
 
 bool ParseList(const std::string& value, std::vector<uint64_t>* out) {
@@ -75,7 +77,7 @@ bool ParseList(const std::string& value, std::vector<uint64_t>* out) {
 constexpr char kUsage[] =
     "Usage: gasloc-bench exchange [--floats=N,...] [--encodings=fp32,bf16] "
     "[--chunk_kib=K,...] [--reps=R] [--http2=bulk,default] "
-    "[--malloc=tuned|glibc]\n"
+    "[--malloc=tuned|glibc] [--raw_streams=K,...]\n"
     "  --floats     model sizes in floats (default 4194304,25000000)\n"
     "  --encodings  wire encodings: fp32, bf16, int8 (default fp32,bf16)\n"
     "  --chunk_kib  chunk payload sizes in KiB, 4..3072 (default 256,1024)\n"
@@ -83,7 +85,10 @@ constexpr char kUsage[] =
     "  --http2      transport settings: bulk (server/http2_tuning.h) and/or\n"
     "               default (gRPC's own); default both\n"
     "  --malloc     tuned (common/malloc_tuning.h, as gasloc-worker) or\n"
-    "               glibc (its defaults); default tuned\n";
+    "               glibc (its defaults); default tuned\n"
+    "  --raw_streams also stream the one-way rows' bytes through bare gRPC\n"
+    "               split over K concurrent streams (own connections) and\n"
+    "               print its GB/s beside one stream's (default: none)\n";
 
 int Usage(const char* program, const std::string& error) {
   std::fprintf(stderr, "%s: %s\n%s", program, error.c_str(), kUsage);
@@ -211,6 +216,26 @@ double RawGrpcSeconds(const std::string& address, uint64_t bytes,
   const bool ok = stream->Finish().ok();
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
   return ok ? seconds : -1;
+}
+
+// Seconds to stream `bytes` split over `streams` concurrent raw gRPC
+// streams, each on its own channel (so its own TCP connection); -1 if one
+// failed. Says whether several streams per transfer would help here.
+double RawGrpcStreamsSeconds(const std::string& address, uint64_t bytes,
+                             uint32_t chunk_bytes, bool bulk_tuning,
+                             int streams) {
+  std::vector<double> seconds(streams);
+  std::vector<std::thread> threads;
+  const absl::Time start = absl::Now();
+  for (int i = 0; i < streams; ++i)
+    threads.emplace_back([&, i] {
+      seconds[i] = RawGrpcSeconds(address, bytes / streams, chunk_bytes,
+                                  bulk_tuning);
+    });
+  for (std::thread& t : threads) t.join();
+  for (double s : seconds)
+    if (s < 0) return -1;
+  return absl::ToDoubleSeconds(absl::Now() - start);
 }
 
 // --- the exchange -----------------------------------------------------------
@@ -370,12 +395,13 @@ void PrintCodecSpeed(const Config& config, const std::vector<float>& model,
 
 int RunExchangeBench(int argc, char** argv) {
   Config config;
-  std::string floats, chunk_kib, encodings, http2, malloc_choice;
+  std::string floats, chunk_kib, encodings, http2, malloc_choice, raw_streams;
   int reps = config.reps;
   BenchFlags flags;
   flags.strings = {{"floats", &floats},       {"chunk-kib", &chunk_kib},
                    {"encodings", &encodings}, {"http2", &http2},
-                   {"malloc", &malloc_choice}};
+                   {"malloc", &malloc_choice},
+                   {"raw-streams", &raw_streams}};
   flags.ints = {{"reps", &reps}};
   if (!ParseBenchFlags(argc, argv, argv[0], kUsage, flags)) return 2;
   std::vector<uint64_t> list;
@@ -422,6 +448,11 @@ int RunExchangeBench(int argc, char** argv) {
                                          "' (tuned, glibc)"));
     config.malloc_tuning = malloc_choice == "tuned";
   }
+  if (!raw_streams.empty() &&
+      (!ParseList(raw_streams, &config.raw_streams) ||
+       *std::max_element(config.raw_streams.begin(),
+                         config.raw_streams.end()) > 16))
+    return Usage(argv[0], "--raw_streams wants integers in 1..16");
   if (reps < 1) return Usage(argv[0], "--reps wants one positive integer");
   config.reps = reps;
 
@@ -507,6 +538,10 @@ int RunExchangeBench(int argc, char** argv) {
           std::vector<std::vector<double>> model_gbs(n_setups),
               ratios(n_setups), grpc_ratios(n_setups),
               iperf_ratios(n_setups);
+          // Raw gRPC GB/s per (setting, stream count in raw_streams).
+          std::vector<std::vector<std::vector<double>>> streams_gbs(
+              n_setups,
+              std::vector<std::vector<double>>(config.raw_streams.size()));
           for (int r = 0; r < config.reps; ++r) {
             const double tcp_s = TcpSeconds(model_bytes, both_ways);
             if (tcp_s <= 0) {
@@ -539,6 +574,14 @@ int RunExchangeBench(int argc, char** argv) {
                     options.chunk_bytes, setup.bulk_tuning);
                 if (g > 0) grpc_ratios[k].push_back(g / s);
                 if (iperf_s > 0) iperf_ratios[k].push_back(iperf_s / s);
+                for (size_t j = 0; j < config.raw_streams.size(); ++j) {
+                  const double wire = model_bytes * wire_per_model;
+                  const double t = RawGrpcStreamsSeconds(
+                      setup.sink_address, static_cast<uint64_t>(wire),
+                      options.chunk_bytes, setup.bulk_tuning,
+                      static_cast<int>(config.raw_streams[j]));
+                  if (t > 0) streams_gbs[k][j].push_back(wire / t / 1e9);
+                }
               }
               model_gbs[k].push_back(directions * model_bytes / s / 1e9);
               ratios[k].push_back(tcp_s / s);
@@ -562,6 +605,12 @@ int RunExchangeBench(int argc, char** argv) {
                 enc.c_str(), kib, both_ways ? "both" : "one", http2, tcp, wire,
                 model, 100 * wire_ratio, 100 * model_ratio,
                 Percent(iperf_ratio).c_str(), Percent(grpc_ratio).c_str());
+            for (size_t j = 0; j < config.raw_streams.size(); ++j)
+              if (!streams_gbs[k][j].empty())
+                std::printf("        raw gRPC over %llu stream(s): %.2f GB/s\n",
+                            static_cast<unsigned long long>(
+                                config.raw_streams[j]),
+                            Median(streams_gbs[k][j]));
             absl::StrAppend(
                 &json, first_json ? "" : ",", "{\"floats\":", floats,
                 ",\"encoding\":\"", enc, "\",\"chunk_kib\":", kib,
