@@ -9,12 +9,15 @@
 // rep right after a raw TCP run of the same shape (one socket per
 // direction), so both see the same machine load. Reports GB/s of wire
 // bytes and of model bytes (fp32-equivalent: bf16 moves half the wire bytes
-// per float) and the ratios to TCP, medians of --reps runs; plus the
+// per float) and the ratios to TCP, medians of --reps runs; the process's
+// CPU seconds per GB of model bytes the exchange moved (both ends, all
+// threads: what the path costs, whatever else the machine runs); plus the
 // in-memory cost of the codec alone.
 //
 //   gasloc-bench exchange [--floats=4194304,25000000] [--encodings=fp32,bf16]
 //                         [--chunk_kib=256,1024] [--reps=3]
 //                         [--http2=bulk,default] [--malloc=tuned|glibc]
+//                         [--raw_streams=1,2]
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -25,6 +28,7 @@
 #include <memory>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <string>
 #include <thread>
 #include <vector>
@@ -60,6 +64,8 @@ struct Config {
   std::vector<bool> bulk_tuning = {true, false};
   // TuneMallocForStreaming() as the worker does (false: glibc's defaults).
   bool malloc_tuning = true;
+  // Raw gRPC over several concurrent streams (one-way rows), besides one.
+  std::vector<uint64_t> raw_streams;
 };
 
 bool ParseList(const std::string& value, std::vector<uint64_t>* out) {
@@ -75,7 +81,7 @@ bool ParseList(const std::string& value, std::vector<uint64_t>* out) {
 constexpr char kUsage[] =
     "Usage: gasloc-bench exchange [--floats=N,...] [--encodings=fp32,bf16] "
     "[--chunk_kib=K,...] [--reps=R] [--http2=bulk,default] "
-    "[--malloc=tuned|glibc]\n"
+    "[--malloc=tuned|glibc] [--raw_streams=K,...]\n"
     "  --floats     model sizes in floats (default 4194304,25000000)\n"
     "  --encodings  wire encodings: fp32, bf16, int8 (default fp32,bf16)\n"
     "  --chunk_kib  chunk payload sizes in KiB, 4..3072 (default 256,1024)\n"
@@ -83,7 +89,10 @@ constexpr char kUsage[] =
     "  --http2      transport settings: bulk (server/http2_tuning.h) and/or\n"
     "               default (gRPC's own); default both\n"
     "  --malloc     tuned (common/malloc_tuning.h, as gasloc-worker) or\n"
-    "               glibc (its defaults); default tuned\n";
+    "               glibc (its defaults); default tuned\n"
+    "  --raw_streams also stream the one-way rows' bytes through bare gRPC\n"
+    "               split over K concurrent streams (own connections) and\n"
+    "               print its GB/s beside one stream's (default: none)\n";
 
 int Usage(const char* program, const std::string& error) {
   std::fprintf(stderr, "%s: %s\n%s", program, error.c_str(), kUsage);
@@ -213,6 +222,26 @@ double RawGrpcSeconds(const std::string& address, uint64_t bytes,
   return ok ? seconds : -1;
 }
 
+// Seconds to stream `bytes` split over `streams` concurrent raw gRPC
+// streams, each on its own channel (so its own TCP connection); -1 if one
+// failed. Says whether several streams per transfer would help here.
+double RawGrpcStreamsSeconds(const std::string& address, uint64_t bytes,
+                             uint32_t chunk_bytes, bool bulk_tuning,
+                             int streams) {
+  std::vector<double> seconds(streams);
+  std::vector<std::thread> threads;
+  const absl::Time start = absl::Now();
+  for (int i = 0; i < streams; ++i)
+    threads.emplace_back([&, i] {
+      seconds[i] = RawGrpcSeconds(address, bytes / streams, chunk_bytes,
+                                  bulk_tuning);
+    });
+  for (std::thread& t : threads) t.join();
+  for (double s : seconds)
+    if (s < 0) return -1;
+  return absl::ToDoubleSeconds(absl::Now() - start);
+}
+
 // --- the exchange -----------------------------------------------------------
 
 // The benchmark's loopback servers check no credentials (docs/security.md).
@@ -260,16 +289,25 @@ struct Node {
   std::string address;
 };
 
+// This process's CPU time (all threads) in seconds.
+double ProcessCpuSeconds() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
 // Seconds for one exchange step of `key` (A -> B, and B -> A if
-// both_ways), or -1 if any transfer failed.
+// both_ways), or -1 if any transfer failed; `*cpu_seconds`: the CPU time
+// both ends spent on it (less sensitive to other load than the wall time).
 double ExchangeSeconds(Node& a, Node& b, const TransferKey& key,
                        const std::vector<float>& model_a,
                        const std::vector<float>& model_b,
                        std::vector<float>& scratch_a,
                        std::vector<float>& scratch_b, bool both_ways,
-                       const ExchangeOptions& options) {
+                       const ExchangeOptions& options, double* cpu_seconds) {
   const uint64_t n = model_a.size();
   std::vector<TransferOutcome> out_a, out_b;
+  const double cpu_start = ProcessCpuSeconds();
   const absl::Time start = absl::Now();
   std::thread other([&] {
     OutgoingTransfer send{.peer_id = 1, .address = a.address,
@@ -292,6 +330,7 @@ double ExchangeSeconds(Node& a, Node& b, const TransferKey& key,
       options);
   other.join();
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  *cpu_seconds = ProcessCpuSeconds() - cpu_start;
   for (const auto* outs : {&out_a, &out_b})
     for (const TransferOutcome& o : *outs)
       if (!o.status.ok()) {
@@ -370,12 +409,13 @@ void PrintCodecSpeed(const Config& config, const std::vector<float>& model,
 
 int RunExchangeBench(int argc, char** argv) {
   Config config;
-  std::string floats, chunk_kib, encodings, http2, malloc_choice;
+  std::string floats, chunk_kib, encodings, http2, malloc_choice, raw_streams;
   int reps = config.reps;
   BenchFlags flags;
   flags.strings = {{"floats", &floats},       {"chunk-kib", &chunk_kib},
                    {"encodings", &encodings}, {"http2", &http2},
-                   {"malloc", &malloc_choice}};
+                   {"malloc", &malloc_choice},
+                   {"raw-streams", &raw_streams}};
   flags.ints = {{"reps", &reps}};
   if (!ParseBenchFlags(argc, argv, argv[0], kUsage, flags)) return 2;
   std::vector<uint64_t> list;
@@ -422,6 +462,11 @@ int RunExchangeBench(int argc, char** argv) {
                                          "' (tuned, glibc)"));
     config.malloc_tuning = malloc_choice == "tuned";
   }
+  if (!raw_streams.empty() &&
+      (!ParseList(raw_streams, &config.raw_streams) ||
+       *std::max_element(config.raw_streams.begin(),
+                         config.raw_streams.end()) > 16))
+    return Usage(argv[0], "--raw_streams wants integers in 1..16");
   if (reps < 1) return Usage(argv[0], "--reps wants one positive integer");
   config.reps = reps;
 
@@ -485,10 +530,10 @@ int RunExchangeBench(int argc, char** argv) {
     std::printf("model %llu floats (%.1f MB fp32)\n",
                 static_cast<unsigned long long>(floats), model_bytes / 1e6);
     PrintCodecSpeed(config, model_a, scratch_a);
-    std::printf("  %-5s %6s %-9s %-7s %9s %10s %10s %10s %10s %12s %s\n",
+    std::printf("  %-5s %6s %-9s %-7s %9s %10s %10s %10s %10s %9s %12s %s\n",
                 "enc", "chunk", "direction", "http2", "TCP GB/s", "wire GB/s",
-                "model GB/s", "wire/TCP", "model/TCP", "wire/iperf3",
-                "wire/raw-gRPC");
+                "model GB/s", "wire/TCP", "model/TCP", "CPU s/GB",
+                "wire/iperf3", "wire/raw-gRPC");
     for (v1::WireEncoding encoding : config.encodings) {
       // Wire bytes per fp32 model byte (INT8: its block scales included).
       const double wire_per_model =
@@ -506,7 +551,11 @@ int RunExchangeBench(int argc, char** argv) {
           std::vector<double> tcp_gbs;
           std::vector<std::vector<double>> model_gbs(n_setups),
               ratios(n_setups), grpc_ratios(n_setups),
-              iperf_ratios(n_setups);
+              iperf_ratios(n_setups), cpu_per_gb(n_setups);
+          // Raw gRPC GB/s per (setting, stream count in raw_streams).
+          std::vector<std::vector<std::vector<double>>> streams_gbs(
+              n_setups,
+              std::vector<std::vector<double>>(config.raw_streams.size()));
           for (int r = 0; r < config.reps; ++r) {
             const double tcp_s = TcpSeconds(model_bytes, both_ways);
             if (tcp_s <= 0) {
@@ -527,10 +576,12 @@ int RunExchangeBench(int argc, char** argv) {
                                     .round = ++round,
                                     .phase = v1::EXCHANGE_PHASE_GOSSIP,
                                     .step = 0};
-              const double s =
-                  ExchangeSeconds(setup.a, setup.b, key, model_a, model_b,
-                                  scratch_a, scratch_b, both_ways, options);
+              double cpu = 0;
+              const double s = ExchangeSeconds(setup.a, setup.b, key, model_a,
+                                               model_b, scratch_a, scratch_b,
+                                               both_ways, options, &cpu);
               if (s < 0) return 1;
+              cpu_per_gb[k].push_back(cpu / (directions * model_bytes / 1e9));
               if (!both_ways) {
                 // The wire bytes of this encoding through bare gRPC.
                 const double g = RawGrpcSeconds(
@@ -539,6 +590,14 @@ int RunExchangeBench(int argc, char** argv) {
                     options.chunk_bytes, setup.bulk_tuning);
                 if (g > 0) grpc_ratios[k].push_back(g / s);
                 if (iperf_s > 0) iperf_ratios[k].push_back(iperf_s / s);
+                for (size_t j = 0; j < config.raw_streams.size(); ++j) {
+                  const double wire = model_bytes * wire_per_model;
+                  const double t = RawGrpcStreamsSeconds(
+                      setup.sink_address, static_cast<uint64_t>(wire),
+                      options.chunk_bytes, setup.bulk_tuning,
+                      static_cast<int>(config.raw_streams[j]));
+                  if (t > 0) streams_gbs[k][j].push_back(wire / t / 1e9);
+                }
               }
               model_gbs[k].push_back(directions * model_bytes / s / 1e9);
               ratios[k].push_back(tcp_s / s);
@@ -556,12 +615,19 @@ int RunExchangeBench(int argc, char** argv) {
             const double iperf_ratio =
                 iperf_ratios[k].empty() ? 0 : Median(iperf_ratios[k]);
             const std::string enc = EncodingName(encoding);
+            const double cpu = Median(cpu_per_gb[k]);
             std::printf(
                 "  %-5s %4uKiB %-9s %-7s %9.2f %10.2f %10.2f %9.0f%% %9.0f%% "
-                "%12s %s\n",
+                "%9.2f %12s %s\n",
                 enc.c_str(), kib, both_ways ? "both" : "one", http2, tcp, wire,
-                model, 100 * wire_ratio, 100 * model_ratio,
+                model, 100 * wire_ratio, 100 * model_ratio, cpu,
                 Percent(iperf_ratio).c_str(), Percent(grpc_ratio).c_str());
+            for (size_t j = 0; j < config.raw_streams.size(); ++j)
+              if (!streams_gbs[k][j].empty())
+                std::printf("        raw gRPC over %llu stream(s): %.2f GB/s\n",
+                            static_cast<unsigned long long>(
+                                config.raw_streams[j]),
+                            Median(streams_gbs[k][j]));
             absl::StrAppend(
                 &json, first_json ? "" : ",", "{\"floats\":", floats,
                 ",\"encoding\":\"", enc, "\",\"chunk_kib\":", kib,
@@ -570,7 +636,8 @@ int RunExchangeBench(int argc, char** argv) {
                 ",\"wire_gbps\":", wire, ",\"model_gbps\":", model,
                 ",\"wire_ratio\":", wire_ratio, ",\"model_ratio\":",
                 model_ratio, ",\"wire_vs_iperf3\":", iperf_ratio,
-                ",\"wire_vs_raw_grpc\":", grpc_ratio, "}");
+                ",\"wire_vs_raw_grpc\":", grpc_ratio,
+                ",\"cpu_s_per_model_gb\":", cpu, "}");
             first_json = false;
           }
         }

@@ -11,6 +11,7 @@
 #include "grpcpp/grpcpp.h"
 #include "common/clock.h"
 #include "common/status_macros.h"
+#include "server/chunk_frame.h"
 #include "server/grpc_status.h"
 #include "server/http2_tuning.h"
 #include "worker/exchange/wire_codec.h"
@@ -78,10 +79,9 @@ TransferOutcome GrpcPeerTransport::Impl::Send(
   if (!plan.ok()) return finish(plan.status());
   auto channel = Channel(send.address);
   if (!channel.ok()) return finish(channel.status());
-  auto stub = v1::Peer::NewStub(*channel);
   grpc::ClientContext context;
   SetDeadline(&context, exchange_options.deadline);
-  auto stream = stub->Exchange(&context);
+  auto stream = OpenExchangeStream(*channel, &context);
   const ChunkContext chunk_context{
       .key = key,
       .sender_id = options.mailbox->self_id(),
@@ -100,16 +100,21 @@ TransferOutcome GrpcPeerTransport::Impl::Send(
       stream->Finish().ok();  // the local error is what matters
       return finish(status);
     }
-    written = stream->Write(chunk);
-    if (written) outcome.bytes += chunk.payload().size();
+    // The payload moves into a slice gRPC sends from (no copy).
+    const ChunkFrame frame = ChunkFrame::Take(std::move(chunk));
+    written = stream->Write(frame);
+    if (written) outcome.bytes += frame.payload_bytes();
   }
   // A failed Write means the stream is broken; Finish says why.
   absl::Status acknowledged = absl::UnavailableError(
       "the peer closed the stream without an acknowledgement");
   if (written) {
     stream->WritesDone();
-    v1::ExchangeChunk ack;
-    if (stream->Read(&ack)) acknowledged = CheckAck(ack, key, send.peer_id);
+    ChunkFrame ack;
+    if (stream->Read(&ack))
+      acknowledged = ack.status().ok()
+                         ? CheckAck(ack.HeaderChunk(), key, send.peer_id)
+                         : absl::UnavailableError(ack.status().message());
   }
   absl::Status status = FromGrpcStatus(stream->Finish());
   if (status.ok()) status = acknowledged;

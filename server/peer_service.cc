@@ -8,6 +8,7 @@
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "grpcpp/support/method_handler.h"
 #include "server/grpc_status.h"
 #include "worker/exchange/wire_codec.h"
 
@@ -24,7 +25,18 @@ PeerService::PeerService(Mailbox* mailbox, PeerServiceOptions options)
             GASLOC_LOG(WARNING) << "peer service: cancelled " << n
                                 << " inbound call(s) past their deadline";
         }
-      }) {}
+      }) {
+  // Same method, same bytes on the wire; frames instead of ExchangeChunk.
+  MarkMethodStreamed(
+      kExchangeMethodIndex,
+      new grpc::internal::BidiStreamingHandler<PeerService, ChunkFrame,
+                                               ChunkFrame>(
+          [](PeerService* service, grpc::ServerContext* context,
+             ExchangeServerStream* stream) {
+            return service->ExchangeFrames(context, stream);
+          },
+          this));
+}
 
 PeerService::~PeerService() {
   stop_watchdog_.Notify();
@@ -83,9 +95,8 @@ absl::Status PeerService::CheckWritesOwnId(const Caller& caller,
                    caller.description, " may only write its own id"));
 }
 
-grpc::Status PeerService::Exchange(
-    grpc::ServerContext* context,
-    grpc::ServerReaderWriter<v1::ExchangeChunk, v1::ExchangeChunk>* stream) {
+grpc::Status PeerService::ExchangeFrames(grpc::ServerContext* context,
+                                         ExchangeServerStream* stream) {
   auto caller = Authorize(context, {Role::kPeer}, "Exchange");
   if (!caller.ok()) return ToGrpcStatus(caller.status());
   auto ticket = limits_.Admit(PeerHost(*context), InboundKind::kExchange,
@@ -116,15 +127,20 @@ grpc::Status PeerService::Exchange(
 }
 
 grpc::Status PeerService::ExchangeAdmitted(
-    grpc::ServerReaderWriter<v1::ExchangeChunk, v1::ExchangeChunk>* stream,
-    const Caller& caller, absl::Time deadline, absl::Time mailbox_deadline,
-    InboundLimits::Ticket& ticket) {
+    ExchangeServerStream* stream, const Caller& caller, absl::Time deadline,
+    absl::Time mailbox_deadline, InboundLimits::Ticket& ticket) {
   std::unique_ptr<Mailbox::InboundStream> inbound = mailbox_->OpenStream();
-  v1::ExchangeChunk chunk;
+  ChunkFrame chunk;
   uint64_t chunks = 0;
   std::optional<uint64_t> verified_sender;
   while (stream->Read(&chunk)) {
     ++chunks;
+    // A message that is not an ExchangeChunk at all fails the transfer
+    // like a bad chunk (a refused first one binds none).
+    if (!chunk.status().ok()) {
+      inbound->End(chunk.status());
+      return ToGrpcStatus(chunk.status());
+    }
     // Who the chunk claims to be from is checked before the Mailbox sees
     // it: a refused first chunk binds no transfer.
     if (verified_sender != chunk.header().sender_id()) {
@@ -139,7 +155,8 @@ grpc::Status PeerService::ExchangeAdmitted(
     // Waiting in the mailbox (an early chunk before its registration) is
     // not idleness.
     ticket.SetBusy(true);
-    absl::Status status = inbound->Accept(chunk, mailbox_deadline);
+    absl::Status status = inbound->Accept(chunk.header(), chunk.last(),
+                                          chunk.payload(), mailbox_deadline);
     ticket.SetBusy(false);
     if (!status.ok()) {
       inbound->End(status);
@@ -147,7 +164,8 @@ grpc::Status PeerService::ExchangeAdmitted(
     }
     if (inbound->committed()) {
       inbound->End();
-      stream->Write(MakeAck(chunk.header(), mailbox_->self_id()));
+      stream->Write(
+          ChunkFrame::Take(MakeAck(chunk.header(), mailbox_->self_id())));
       return grpc::Status::OK;
     }
   }

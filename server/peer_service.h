@@ -5,7 +5,11 @@
 //               service feeds them to the worker's Mailbox (which checks
 //               and decodes them into the registered scratch buffer) and,
 //               once the transfer committed, writes the codec's
-//               acknowledgement (MakeAck, worker/exchange/wire_codec.h). A rejected chunk ends the RPC with the
+//               acknowledgement (MakeAck, worker/exchange/wire_codec.h).
+//               Its messages are ChunkFrames (server/chunk_frame.h): the
+//               payload is decoded straight out of gRPC's receive slices,
+//               and a message that is not an ExchangeChunk is refused
+//               with INVALID_ARGUMENT. A rejected chunk ends the RPC with the
 //               Mailbox's status (INVALID_ARGUMENT, FAILED_PRECONDITION,
 //               DEADLINE_EXCEEDED); a stream that ends without the last
 //               chunk fails the transfer (UNAVAILABLE).
@@ -50,6 +54,7 @@
 #include "absl/synchronization/mutex.h"
 #include "gasloc/v1/peer.grpc.pb.h"
 #include "server/auth.h"
+#include "server/chunk_frame.h"
 #include "server/peer_roster.h"
 #include "grpcpp/grpcpp.h"
 #include "absl/synchronization/notification.h"
@@ -95,10 +100,11 @@ class PeerService final : public v1::Peer::Service {
   void SetModelProvider(ModelProvider provider);
   void SetRoundReporter(RoundReporter reporter);
 
-  grpc::Status Exchange(
-      grpc::ServerContext* context,
-      grpc::ServerReaderWriter<v1::ExchangeChunk, v1::ExchangeChunk>* stream)
-      override;
+  // Peer.Exchange, registered in place of the generated handler so that
+  // its messages are ChunkFrames (server/chunk_frame.h): the payload is
+  // decoded straight out of gRPC's receive slices.
+  grpc::Status ExchangeFrames(grpc::ServerContext* context,
+                              ExchangeServerStream* stream);
   grpc::Status FetchModel(grpc::ServerContext* context,
                           const v1::FetchModelRequest* request,
                           grpc::ServerWriter<v1::ExchangeChunk>* writer)
@@ -113,7 +119,7 @@ class PeerService final : public v1::Peer::Service {
   // `deadline` is real time (the identity check's), `mailbox_deadline` the
   // same on the mailbox's clock (the chunks' waits).
   grpc::Status ExchangeAdmitted(
-      grpc::ServerReaderWriter<v1::ExchangeChunk, v1::ExchangeChunk>* stream,
+      ExchangeServerStream* stream,
       const Caller& caller, absl::Time deadline, absl::Time mailbox_deadline,
       InboundLimits::Ticket& ticket);
   absl::StatusOr<Caller> Authorize(grpc::ServerContext* context,

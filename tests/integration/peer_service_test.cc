@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <thread>
@@ -18,6 +19,8 @@
 #include "gasloc/v1/peer.grpc.pb.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
+#include "grpcpp/impl/rpc_method.h"
+#include "grpcpp/support/sync_stream.h"
 #include "gtest/gtest.h"
 #include "server/grpc_peer_transport.h"
 #include "server/peer_service.h"
@@ -170,9 +173,16 @@ class PeerServiceTest : public ::testing::Test {
   // transfer: nothing is written, and the real sender still commits.
   void ExpectRejectedAndHarmless(std::vector<v1::ExchangeChunk> bad,
                                  grpc::StatusCode code, const char* message) {
+    ExpectSendRejectedAndHarmless([&] { return SendRaw(bad); }, code,
+                                  message);
+  }
+  // The same for any stream `send_bad` sends.
+  void ExpectSendRejectedAndHarmless(
+      const std::function<grpc::Status()>& send_bad, grpc::StatusCode code,
+      const char* message) {
     Register();
     const absl::Time start = absl::Now();
-    grpc::Status s = SendRaw(bad);
+    grpc::Status s = send_bad();
     EXPECT_LT(absl::Now() - start, absl::Seconds(2)) << "not at once";
     EXPECT_EQ(s.error_code(), code) << s.error_message();
     EXPECT_THAT(s.error_message(), HasSubstr(message));
@@ -282,6 +292,39 @@ TEST_F(PeerServiceTest, NanIsInvalidArgument) {
   model_a_[20000] = std::numeric_limits<float>::quiet_NaN();
   ExpectRejectedAndNeverCommitted(Chunks(), grpc::StatusCode::INVALID_ARGUMENT,
                                   "element 20000 is not finite");
+}
+
+// Bytes that are not an ExchangeChunk (a good first chunk cut 100 bytes
+// short, inside its payload) are refused by name, not taken for a cut
+// stream, and bind no transfer: the honest sender still commits.
+TEST_F(PeerServiceTest, MalformedMessageIsInvalidArgumentAndHarmless) {
+  const std::string good = Chunks()[0].SerializeAsString();
+  ExpectSendRejectedAndHarmless(
+      [&] {
+        // The Exchange method with raw bytes for messages.
+        auto channel = grpc::CreateChannel(
+            b_.address, grpc::InsecureChannelCredentials());
+        grpc::ClientContext context;
+        context.set_deadline(
+            absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+        const grpc::internal::RpcMethod method(
+            "/gasloc.v1.Peer/Exchange",
+            grpc::internal::RpcMethod::BIDI_STREAMING, channel);
+        std::unique_ptr<
+            grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>>
+            stream(grpc::internal::ClientReaderWriterFactory<
+                   grpc::ByteBuffer, grpc::ByteBuffer>::Create(channel.get(),
+                                                               method,
+                                                               &context));
+        grpc::Slice cut(good.substr(0, good.size() - 100));
+        stream->Write(grpc::ByteBuffer(&cut, 1));
+        stream->WritesDone();
+        grpc::ByteBuffer reply;
+        while (stream->Read(&reply)) {
+        }
+        return stream->Finish();
+      },
+      grpc::StatusCode::INVALID_ARGUMENT, "malformed ExchangeChunk message");
 }
 
 TEST_F(PeerServiceTest, StreamCutInTheMiddleNeverCommits) {

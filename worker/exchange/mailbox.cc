@@ -280,7 +280,10 @@ absl::StatusOr<std::shared_ptr<Mailbox::Transfer>> Mailbox::Bind(
   }
 }
 
-absl::Status Mailbox::Deliver(Transfer& t, const v1::ExchangeChunk& chunk) {
+absl::Status Mailbox::Deliver(Transfer& t, const v1::ChunkHeader& h,
+                              bool last, PayloadPieces payload) {
+  uint64_t payload_bytes = 0;
+  for (absl::string_view piece : payload) payload_bytes += piece.size();
   ChunkExpectation expect;
   std::span<float> buffer;
   uint64_t next = 0;
@@ -297,8 +300,7 @@ absl::Status Mailbox::Deliver(Transfer& t, const v1::ExchangeChunk& chunk) {
     next = t.next_offset;
   }
   // Validate and decode outside the lock: other transfers proceed.
-  const v1::ChunkHeader& h = chunk.header();
-  absl::Status status = ValidateChunkHeader(chunk, expect);
+  absl::Status status = ValidateChunkHeader(h, payload_bytes, expect);
   if (status.ok() && h.offset() != next) {
     status = absl::InvalidArgumentError(
         h.offset() < next
@@ -313,7 +315,8 @@ absl::Status Mailbox::Deliver(Transfer& t, const v1::ExchangeChunk& chunk) {
   }
   // The CRC is checked while decoding (one pass over the payload).
   if (status.ok())
-    status = DecodeChunkPayload(chunk, buffer.subspan(h.offset(), h.length()));
+    status = DecodeChunkPayload(h, payload,
+                                buffer.subspan(h.offset(), h.length()));
   absl::MutexLock lock(&mu_);
   t.busy = false;
   changed_.SignalAll();
@@ -325,9 +328,9 @@ absl::Status Mailbox::Deliver(Transfer& t, const v1::ExchangeChunk& chunk) {
     return status;
   }
   t.next_offset = h.offset() + h.length();
-  if (t.bytes == 0) t.first_chunk_bytes = chunk.payload().size();
-  t.bytes += chunk.payload().size();
-  if (chunk.last()) {
+  if (t.bytes == 0) t.first_chunk_bytes = payload_bytes;
+  t.bytes += payload_bytes;
+  if (last) {
     if (t.next_offset != expect.range_end) {
       status = absl::InvalidArgumentError(absl::StrCat(
           t.Describe(), ": last chunk ends at element ", t.next_offset,
@@ -444,10 +447,18 @@ Mailbox::InboundStream::~InboundStream() {
 
 absl::Status Mailbox::InboundStream::Accept(const v1::ExchangeChunk& chunk,
                                             absl::Time deadline) {
+  const absl::string_view payload = chunk.payload();
+  return Accept(chunk.header(), chunk.last(), PayloadPieces(&payload, 1),
+                deadline);
+}
+
+absl::Status Mailbox::InboundStream::Accept(const v1::ChunkHeader& header,
+                                            bool last, PayloadPieces payload,
+                                            absl::Time deadline) {
   if (ended_ || failed_)
     return absl::FailedPreconditionError("chunk on a stream that has ended");
   if (transfer_ == nullptr) {
-    auto bound = mailbox_->Bind(chunk.header(), deadline);
+    auto bound = mailbox_->Bind(header, deadline);
     if (!bound.ok()) {
       failed_ = true;
       return bound.status();
@@ -456,12 +467,12 @@ absl::Status Mailbox::InboundStream::Accept(const v1::ExchangeChunk& chunk,
     key_ = transfer_->expect.key;
     sender_id_ = transfer_->expect.sender_id;
   }
-  absl::Status status = mailbox_->Deliver(*transfer_, chunk);
+  absl::Status status = mailbox_->Deliver(*transfer_, header, last, payload);
   if (!status.ok()) {
     failed_ = true;
     return status;
   }
-  if (chunk.last()) committed_ = true;
+  if (last) committed_ = true;
   return absl::OkStatus();
 }
 

@@ -126,7 +126,8 @@ class Mailbox {
 
   absl::StatusOr<std::shared_ptr<Transfer>> Bind(const v1::ChunkHeader& h,
                                                  absl::Time deadline);
-  absl::Status Deliver(Transfer& transfer, const v1::ExchangeChunk& chunk);
+  absl::Status Deliver(Transfer& transfer, const v1::ChunkHeader& header,
+                       bool last, PayloadPieces payload);
   void EndStream(Transfer& transfer, const absl::Status& why);
   absl::Status UnexpectedLocked(const v1::ChunkHeader& h, bool final_check)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -171,6 +172,10 @@ class Mailbox::InboundStream {
   // stream with it); it also fails the bound transfer unless the chunk
   // could not be bound to one (unexpected sender, job, round).
   absl::Status Accept(const v1::ExchangeChunk& chunk, absl::Time deadline);
+  // The same for a chunk whose payload a transport holds apart from its
+  // header, in pieces (gRPC's receive slices): decoded straight from them.
+  absl::Status Accept(const v1::ChunkHeader& header, bool last,
+                      PayloadPieces payload, absl::Time deadline);
   // True once the transfer committed (after the last chunk).
   bool committed() const { return committed_; }
   // The stream is over. A bound transfer that has not committed fails

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/crc32c.h"
 #include "common/status_macros.h"
 #include "worker/exchange/int8_codec.h"
@@ -190,17 +191,17 @@ absl::Status BadChecksum(uint64_t offset, uint32_t expected, uint32_t crc) {
                    ": header says ", expected, ", payload has ", crc));
 }
 
-// The encoding's bytes per element, once `payload` is checked to hold
-// exactly `elements` of them.
-absl::StatusOr<uint32_t> PayloadBytesPerElement(absl::string_view payload,
+// The encoding's bytes per element, once a payload of `payload_bytes` is
+// checked to hold exactly `elements` of them.
+absl::StatusOr<uint32_t> PayloadBytesPerElement(uint64_t payload_bytes,
                                                 v1::WireEncoding encoding,
                                                 size_t elements) {
   ASSIGN_OR_RETURN(const uint32_t bytes_per_element,
                    BytesPerElement(encoding));
   ASSIGN_OR_RETURN(const uint64_t expected, PayloadBytes(encoding, elements));
-  if (payload.size() != expected)
+  if (payload_bytes != expected)
     return absl::InvalidArgumentError(absl::StrCat(
-        "payload has ", payload.size(), " bytes, expected ", expected, " (",
+        "payload has ", payload_bytes, " bytes, expected ", expected, " (",
         elements, " elements of ", EncodingName(encoding), ")"));
   return bytes_per_element;
 }
@@ -236,7 +237,8 @@ absl::Status DecodePayload(absl::string_view payload,
                            v1::WireEncoding encoding, std::span<float> out,
                            uint64_t first_index) {
   ASSIGN_OR_RETURN(const uint32_t bytes_per_element,
-                   PayloadBytesPerElement(payload, encoding, out.size()));
+                   PayloadBytesPerElement(payload.size(), encoding,
+                                          out.size()));
   if (encoding == v1::WIRE_ENCODING_INT8)
     return DecodeInt8(payload, out, first_index);  // finite by construction
   const uint32_t non_finite =
@@ -252,25 +254,61 @@ absl::Status DecodeCheckedPayload(absl::string_view payload,
                                   v1::WireEncoding encoding,
                                   std::span<float> out, uint64_t first_index,
                                   uint32_t expected_crc) {
+  return DecodeCheckedPayload(PayloadPieces(&payload, 1), encoding, out,
+                              first_index, expected_crc);
+}
+
+absl::Status DecodeCheckedPayload(PayloadPieces payload,
+                                  v1::WireEncoding encoding,
+                                  std::span<float> out, uint64_t first_index,
+                                  uint32_t expected_crc) {
+  uint64_t payload_bytes = 0;
+  for (absl::string_view piece : payload) payload_bytes += piece.size();
   ASSIGN_OR_RETURN(const uint32_t bytes_per_element,
-                   PayloadBytesPerElement(payload, encoding, out.size()));
+                   PayloadBytesPerElement(payload_bytes, encoding, out.size()));
   if (encoding == v1::WIRE_ENCODING_INT8) {
-    // A payload of about a byte a value: the CRC's own pass costs little.
-    const uint32_t sum = Crc32c(payload.data(), payload.size());
+    // A payload of about a byte a value: the CRC's own pass costs little,
+    // and so does joining its pieces (blocks of codes span them).
+    std::string joined;
+    absl::string_view whole = payload.empty() ? "" : payload[0];
+    if (payload.size() > 1) {
+      joined = absl::StrJoin(payload, "");
+      whole = joined;
+    }
+    const uint32_t sum = Crc32c(whole.data(), whole.size());
     if (sum != expected_crc) return BadChecksum(first_index, expected_crc, sum);
-    return DecodeInt8(payload, out, first_index);
+    return DecodeInt8(whole, out, first_index);
   }
   // Blocks small enough to stay in L1 between the CRC and the conversion
   // (the payload is read from memory once), whole multiples of the CRC's
-  // three-stream block.
+  // three-stream block. An element split between two pieces goes through
+  // `carry`.
   constexpr size_t kBlockBytes = 2 * kCrc32cParallelBytes;
-  const size_t per_block = kBlockBytes / bytes_per_element;
   uint32_t sum = 0, non_finite = 0;
-  for (size_t begin = 0; begin < out.size(); begin += per_block) {
-    const size_t count = std::min(per_block, out.size() - begin);
-    const char* src = payload.data() + begin * bytes_per_element;
-    sum = Crc32cExtend(sum, src, count * bytes_per_element);
-    non_finite |= DecodeBlock(src, bytes_per_element, out.data() + begin, count);
+  float* dst = out.data();
+  char carry[4];
+  size_t carried = 0;
+  for (absl::string_view piece : payload) {
+    for (size_t pos = 0; pos < piece.size();) {
+      const size_t n = std::min(kBlockBytes, piece.size() - pos);
+      const char* src = piece.data() + pos;
+      pos += n;
+      sum = Crc32cExtend(sum, src, n);
+      size_t used = 0;
+      if (carried > 0) {
+        used = std::min<size_t>(bytes_per_element - carried, n);
+        std::memcpy(carry + carried, src, used);
+        carried += used;
+        if (carried < bytes_per_element) continue;
+        non_finite |= DecodeBlock(carry, bytes_per_element, dst++, 1);
+      }
+      const size_t whole = (n - used) / bytes_per_element;
+      non_finite |= DecodeBlock(src + used, bytes_per_element, dst, whole);
+      dst += whole;
+      used += whole * bytes_per_element;
+      carried = n - used;
+      std::memcpy(carry, src + used, carried);
+    }
   }
   // A payload the sender did not write is reported as such, before any
   // value in it.
@@ -374,7 +412,12 @@ absl::Status EncodeChunk(const ChunkContext& context,
 
 absl::Status ValidateChunkHeader(const v1::ExchangeChunk& chunk,
                                  const ChunkExpectation& expect) {
-  const v1::ChunkHeader& h = chunk.header();
+  return ValidateChunkHeader(chunk.header(), chunk.payload().size(), expect);
+}
+
+absl::Status ValidateChunkHeader(const v1::ChunkHeader& h,
+                                 uint64_t payload_bytes,
+                                 const ChunkExpectation& expect) {
   const TransferKey& key = expect.key;
   if (h.job_id() != key.job_id)
     return absl::FailedPreconditionError(
@@ -411,9 +454,9 @@ absl::Status ValidateChunkHeader(const v1::ExchangeChunk& chunk,
         "chunk [", h.offset(), ", ", end, ") lies outside range [",
         expect.range_begin, ", ", expect.range_end, ") / arena of ",
         expect.arena_elements, " elements"));
-  if (chunk.payload().size() != expected_bytes)
+  if (payload_bytes != expected_bytes)
     return absl::InvalidArgumentError(absl::StrCat(
-        "payload has ", chunk.payload().size(), " bytes, header says ",
+        "payload has ", payload_bytes, " bytes, header says ",
         h.length(), " elements of ", EncodingName(h.encoding()), " = ",
         expected_bytes, " bytes"));
   return absl::OkStatus();
@@ -430,9 +473,14 @@ absl::Status ValidateChunk(const v1::ExchangeChunk& chunk,
 
 absl::Status DecodeChunkPayload(const v1::ExchangeChunk& chunk,
                                 std::span<float> out) {
-  const v1::ChunkHeader& h = chunk.header();
-  return DecodeCheckedPayload(chunk.payload(), h.encoding(), out, h.offset(),
-                              h.crc32c());
+  const absl::string_view payload = chunk.payload();
+  return DecodeChunkPayload(chunk.header(), PayloadPieces(&payload, 1), out);
+}
+
+absl::Status DecodeChunkPayload(const v1::ChunkHeader& header,
+                                PayloadPieces payload, std::span<float> out) {
+  return DecodeCheckedPayload(payload, header.encoding(), out,
+                              header.offset(), header.crc32c());
 }
 
 absl::Status ValidateAndDecodeChunk(const v1::ExchangeChunk& chunk,

@@ -64,12 +64,25 @@ absl::Status DecodePayload(absl::string_view payload,
                            v1::WireEncoding encoding, std::span<float> out,
                            uint64_t first_index = 0);
 
+// A payload as a transport received it: its bytes are the concatenation
+// of the pieces (gRPC's slices; one piece for a contiguous payload). A
+// piece may end inside an element.
+using PayloadPieces = std::span<const absl::string_view>;
+
 // DecodePayload that also checks the payload's CRC-32C against
 // `expected_crc` in the same pass (block by block, each block read from
 // memory once, for the CRC and the conversion): INVALID_ARGUMENT "bad
 // checksum on chunk at offset <first_index>" before any non-finite value
 // is reported. `out` may be written when it fails.
 absl::Status DecodeCheckedPayload(absl::string_view payload,
+                                  v1::WireEncoding encoding,
+                                  std::span<float> out, uint64_t first_index,
+                                  uint32_t expected_crc);
+// The same over a payload in pieces, decoded straight from them (FP32 and
+// BF16: no contiguous copy; an element split between two pieces is
+// assembled from both. INT8 payloads in more than one piece are joined
+// into one buffer first).
+absl::Status DecodeCheckedPayload(PayloadPieces payload,
                                   v1::WireEncoding encoding,
                                   std::span<float> out, uint64_t first_index,
                                   uint32_t expected_crc);
@@ -123,12 +136,19 @@ struct ChunkExpectation {
 // the CRC while it decodes).
 absl::Status ValidateChunkHeader(const v1::ExchangeChunk& chunk,
                                  const ChunkExpectation& expect);
+// The same for a chunk whose payload travels apart from its header
+// (`payload_bytes` long).
+absl::Status ValidateChunkHeader(const v1::ChunkHeader& header,
+                                 uint64_t payload_bytes,
+                                 const ChunkExpectation& expect);
 
 // Decodes the payload of a chunk that ValidateChunkHeader accepted into
 // `out` (arena[offset, offset + length) of the receive buffer), checking
 // its CRC-32C in the same pass (DecodeCheckedPayload).
 absl::Status DecodeChunkPayload(const v1::ExchangeChunk& chunk,
                                 std::span<float> out);
+absl::Status DecodeChunkPayload(const v1::ChunkHeader& header,
+                                PayloadPieces payload, std::span<float> out);
 
 // Checks the header of `chunk` against `expect` and its payload against the
 // header (size and CRC-32C); does not decode. Codes:
