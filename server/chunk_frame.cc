@@ -1,6 +1,7 @@
 #include "server/chunk_frame.h"
 
 #include <algorithm>
+#include <limits>
 #include <string>
 #include <utility>
 
@@ -38,16 +39,18 @@ class SliceReader {
     SkipExhausted();
   }
   bool done() const { return index_ == slices_.size(); }
-  bool ReadVarint(uint64_t* value) {
+  // A varint of at most `max_bytes` bytes (protobuf: 10 for a value, 5
+  // for a field tag).
+  bool ReadVarint(uint64_t* value, int max_bytes = 10) {
     *value = 0;
-    for (int shift = 0; shift < 64; shift += 7) {
+    for (int shift = 0; shift < 7 * max_bytes; shift += 7) {
       if (done()) return false;
       const uint8_t byte = slices_[index_].begin()[pos_];
       Advance(1);
       *value |= static_cast<uint64_t>(byte & 0x7f) << shift;
       if ((byte & 0x80) == 0) return true;
     }
-    return false;  // more than 10 bytes
+    return false;  // longer than max_bytes
   }
   // The next `n` bytes as views, one per slice they lie in (or skipped
   // when `out` is null); false if the message ends first.
@@ -155,14 +158,18 @@ void ChunkFrame::Parse(const grpc::ByteBuffer& buffer) {
   std::vector<absl::string_view> bytes;
   while (!reader.done()) {
     uint64_t tag = 0;
-    if (!reader.ReadVarint(&tag)) {
+    if (!reader.ReadVarint(&tag, /*max_bytes=*/5)) {
       status_ = Malformed("truncated or overlong field tag");
       break;
     }
     const uint64_t field = tag >> 3;
     const uint32_t wire_type = tag & 7;
     uint64_t value = 0;
-    if (field == 0) {
+    if (tag > std::numeric_limits<uint32_t>::max()) {
+      // Protobuf reads a tag as at most 5 bytes of 32 bits and refuses
+      // longer ones (chunk_frame_fuzzer found both differences).
+      status_ = Malformed("field tag beyond 32 bits");
+    } else if (field == 0) {
       status_ = Malformed("field number 0");
     } else if (wire_type == kVarint) {
       if (!reader.ReadVarint(&value))

@@ -159,6 +159,18 @@ TEST(ChunkFrame, TruncatedOrMalformedMessagesAreInvalidArgument) {
               HasSubstr("field number 0"));
   EXPECT_THAT(refused(std::string("\x10\x01", 2)).message(),
               HasSubstr("field 2 has wire type 0"));
+  // A tag of more than 32 bits (an unknown field to a 64-bit reader),
+  // which protobuf refuses (found by chunk_frame_fuzzer).
+  const std::string long_tag("\xf2\xab\xe7\xf8\xdf\xfe\xcf\xf7\x38\x00", 10);
+  EXPECT_FALSE(v1::ExchangeChunk().ParseFromString(long_tag));
+  EXPECT_THAT(refused(long_tag).message(), HasSubstr("overlong field tag"));
+  // A 32-bit tag padded to 6 bytes, which protobuf refuses too.
+  const std::string padded_tag("\xa5\xa5\xa5\xa5\x81\x00\x00\x00\x00", 9);
+  EXPECT_FALSE(v1::ExchangeChunk().ParseFromString(padded_tag));
+  EXPECT_THAT(refused(padded_tag).message(), HasSubstr("overlong field tag"));
+  // Five bytes, but more than 32 bits.
+  const std::string wide_tag("\xf2\xff\xff\xff\x7f\x00", 6);
+  EXPECT_THAT(refused(wide_tag).message(), HasSubstr("beyond 32 bits"));
   const ChunkFrame bad = Parsed(Sliced(bytes.substr(0, 30), {}));
   EXPECT_TRUE(bad.payload().empty());
 }
