@@ -188,6 +188,9 @@ v1::JobSpec ApplyJobSpecDefaults(const v1::JobSpec& in) {
   }
   if (!outer->has_min_local_steps())
     outer->set_min_local_steps(std::max<uint32_t>(1, outer->local_steps() / 10));
+  if (outer->overlap_update() == v1::OVERLAP_UPDATE_MERGE &&
+      !outer->has_overlap_merge_alpha())
+    outer->set_overlap_merge_alpha(0.5f);
   if (outer->topology() == v1::TOPOLOGY_UNSPECIFIED)
     outer->set_topology(IsGossipAlgorithm(algo) ? v1::TOPOLOGY_RANDOM_ONE_PEER
                                                 : v1::TOPOLOGY_COMPLETE);
@@ -333,6 +336,20 @@ absl::Status ValidateJobSpec(const v1::JobSpec& raw) {
         "outer.overlap_update OVERLAP_UPDATE_EAGER is DiLoCo's (its "
         "all-reduced pseudo-gradient), not ",
         v1::Algorithm_Name(o.algorithm()), "'s"));
+  if (o.overlap_update() == v1::OVERLAP_UPDATE_MERGE &&
+      IsGossipAlgorithm(o.algorithm()))
+    return absl::InvalidArgumentError(absl::StrCat(
+        "outer.overlap_update OVERLAP_UPDATE_MERGE merges with the "
+        "all-reduce's global model (DiLoCo, local SGD); ",
+        v1::Algorithm_Name(o.algorithm()), " gossips and has none"));
+  if (o.has_overlap_merge_alpha()) {
+    if (o.overlap_update() != v1::OVERLAP_UPDATE_MERGE)
+      return absl::InvalidArgumentError(
+          "outer.overlap_merge_alpha is set but outer.overlap_update is not "
+          "OVERLAP_UPDATE_MERGE: nothing would use it");
+    GASLOC_CHECK_RANGE("outer.overlap_merge_alpha", o.overlap_merge_alpha(), 0,
+                       1, false, true);
+  }
   if (!v1::MomentumPlacement_IsValid(o.momentum_placement()))
     return absl::InvalidArgumentError(
         "outer.momentum_placement is not a known value");
@@ -343,16 +360,6 @@ absl::Status ValidateJobSpec(const v1::JobSpec& raw) {
   const auto& e = spec.exchange();
   if (!v1::WireEncoding_IsValid(e.encoding()))
     return absl::InvalidArgumentError("exchange.encoding is not a known value");
-  if (e.encoding() == v1::WIRE_ENCODING_INT8 &&
-      IsGossipAlgorithm(o.algorithm()))
-    return absl::InvalidArgumentError(absl::StrCat(
-        "exchange.encoding WIRE_ENCODING_INT8 is for the all-reduce "
-        "algorithms (DiLoCo, local SGD, data-parallel), whose averaged "
-        "pseudo-gradients or gradients carry error feedback; ",
-        v1::Algorithm_Name(o.algorithm()),
-        " gossips whole models, which lose too much at 8 bits (compressed "
-        "differences against shared copies, CHOCO-gossip, are not built "
-        "yet): use FP32 or BF16"));
   GASLOC_CHECK_RANGE("exchange.chunk_bytes", e.chunk_bytes(), 4096, 3 << 20);
   GASLOC_CHECK_RANGE("exchange.deadline_ms", e.deadline_ms(), 100, 3600000);
   if (e.poison_distance_ratio() != 0)

@@ -32,8 +32,9 @@
 #     --topology T       gossip graph of a round: one_peer, two_peer, ring
 #                        or complete (default: the job spec's, one_peer)
 #     --encoding E       the exchange's wire encoding: fp32, bf16 or int8
-#                        (default: the job spec's, fp32; int8 is for the
-#                        all-reduce algorithms: docs/exchange.md)
+#                        (default: the job spec's, fp32; int8: error
+#                        feedback for the all-reduce, compressed
+#                        differences for gossip: docs/exchange.md)
 #     --no-sample        do not print a generated sample at the end
 #     --build DIR        build folder (default build/release)
 #     --run-dir DIR      where logs, state and checkpoints go

@@ -47,7 +47,12 @@ ALGORITHMS = {
     # (outer.overlap_exchange).
     "gasloc-overlap": ("ALGORITHM_GASLOC", "BUDGET_POLICY_ADAPTIVE"),
     "gasloc-uniform": ("ALGORITHM_GASLOC", "BUDGET_POLICY_UNIFORM"),
+    # -int8: the INT8 exchange (exchange.encoding): compressed differences
+    # against per-edge public copies for gossip, error feedback for the
+    # all-reduce (docs/algorithms.md section 3).
+    "gasloc-overlap-int8": ("ALGORITHM_GASLOC", "BUDGET_POLICY_ADAPTIVE"),
     "diloco": ("ALGORITHM_DILOCO", None),
+    "diloco-int8": ("ALGORITHM_DILOCO", None),
     # DiLoCo with its all-reduce overlapped by inner steps (the same
     # outer.overlap_exchange rule as GASLoC's; docs/algorithms.md s.5).
     "diloco-overlap": ("ALGORITHM_DILOCO", None),
@@ -56,6 +61,10 @@ ALGORITHMS = {
     # place of its share of the mean, the all-reduce beside the next inner
     # steps (docs/algorithms.md s.5).
     "diloco-eager": ("ALGORITHM_DILOCO", None),
+    # Streaming DiLoCo's merge (outer.overlap_update MERGE, Douillard et
+    # al. 2025): the overlapped all-reduce's result G merged with the live
+    # model, theta <- 0.5 theta + 0.5 G (docs/algorithms.md s.5).
+    "diloco-streaming": ("ALGORITHM_DILOCO", None),
     "dpsgd": ("ALGORITHM_DPSGD", None),
     "local-sgd": ("ALGORITHM_LOCAL_SGD", None),
     # The synchronous reference: one all-reduced gradient step a round.
@@ -244,10 +253,12 @@ class Run:
         outer = {"algorithm": algorithm, "localSteps": h or sc.local_steps}
         if policy:
             outer["budgetPolicy"] = policy
-        if base.endswith(("-overlap", "-eager")):
+        if "-overlap" in base or base.endswith(("-eager", "-streaming")):
             outer["overlapExchange"] = True
         if base.endswith("-eager"):
             outer["overlapUpdate"] = "OVERLAP_UPDATE_EAGER"
+        if base.endswith("-streaming"):
+            outer["overlapUpdate"] = "OVERLAP_UPDATE_MERGE"
         if sc.min_local_steps:
             outer["minLocalSteps"] = sc.min_local_steps
         stop = {}
@@ -259,6 +270,8 @@ class Run:
         if sc.max_wall_seconds:
             stop["maxWallSeconds"] = str(sc.max_wall_seconds)
         exchange = {"deadlineMs": sc.exchange_deadline_ms}
+        if base.endswith("-int8"):
+            exchange["encoding"] = "WIRE_ENCODING_INT8"
         if sc.exchange_chunk_bytes:
             exchange["chunkBytes"] = sc.exchange_chunk_bytes
         training = {"batch": sc.batch, "threads": sc.threads,

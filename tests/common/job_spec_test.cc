@@ -117,29 +117,43 @@ TEST(JobSpec, EagerUpdatesOfOverlappedDilocoAreValid) {
   EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
 }
 
-// INT8 (with error feedback) is an all-reduce encoding; gossip refuses it
-// saying why.
-TEST(JobSpec, Int8IsForTheAllReduceAlgorithms) {
+// Streaming DiLoCo's merge: for the all-reduce algorithms under the
+// overlap, its weight defaulting to 0.5 and kept in [0, 1) (the refusals
+// are in JobSpecRejects below).
+TEST(JobSpec, MergeOfOverlappedAllReduceIsValidWithItsWeight) {
+  for (v1::Algorithm algorithm :
+       {v1::ALGORITHM_DILOCO, v1::ALGORITHM_LOCAL_SGD}) {
+    SCOPED_TRACE(v1::Algorithm_Name(algorithm));
+    v1::JobSpec spec = MinimalSpec();
+    spec.mutable_outer()->set_algorithm(algorithm);
+    spec.mutable_outer()->set_topology(v1::TOPOLOGY_COMPLETE);
+    spec.mutable_outer()->set_overlap_exchange(true);
+    spec.mutable_outer()->set_overlap_update(v1::OVERLAP_UPDATE_MERGE);
+    spec = ApplyJobSpecDefaults(spec);
+    EXPECT_EQ(spec.outer().overlap_merge_alpha(), 0.5f);
+    EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+    spec.mutable_outer()->set_overlap_merge_alpha(0.0f);
+    EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+    spec.mutable_outer()->set_overlap_merge_alpha(0.9f);
+    spec = ApplyJobSpecDefaults(spec);  // an explicit weight is kept
+    EXPECT_EQ(spec.outer().overlap_merge_alpha(), 0.9f);
+  }
+}
+
+// INT8 is every algorithm's: error feedback on the all-reduced
+// pseudo-gradients or gradients, compressed differences against public
+// copies (CHOCO-gossip) for the gossip algorithms. Before, gossip refused
+// it.
+TEST(JobSpec, Int8IsValidForEveryAlgorithm) {
   for (v1::Algorithm algorithm :
        {v1::ALGORITHM_DILOCO, v1::ALGORITHM_LOCAL_SGD,
-        v1::ALGORITHM_DATA_PARALLEL}) {
+        v1::ALGORITHM_DATA_PARALLEL, v1::ALGORITHM_GASLOC,
+        v1::ALGORITHM_DPSGD}) {
     v1::JobSpec spec = MinimalSpec();
     spec.mutable_outer()->set_algorithm(algorithm);
     spec.mutable_exchange()->set_encoding(v1::WIRE_ENCODING_INT8);
     EXPECT_TRUE(ValidateJobSpec(spec).ok())
         << v1::Algorithm_Name(algorithm) << ": " << ValidateJobSpec(spec);
-  }
-  for (v1::Algorithm algorithm :
-       {v1::ALGORITHM_GASLOC, v1::ALGORITHM_DPSGD}) {
-    v1::JobSpec spec = MinimalSpec();
-    spec.mutable_outer()->set_algorithm(algorithm);
-    spec.mutable_exchange()->set_encoding(v1::WIRE_ENCODING_INT8);
-    const absl::Status status = ValidateJobSpec(spec);
-    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_THAT(status.message(),
-                HasSubstr("WIRE_ENCODING_INT8 is for the all-reduce"));
-    EXPECT_THAT(status.message(), HasSubstr(v1::Algorithm_Name(algorithm) +
-                                            " gossips whole models"));
   }
 }
 
@@ -246,14 +260,55 @@ INSTANTIATE_TEST_SUITE_P(
                    s->mutable_outer()->set_overlap_update(
                        static_cast<v1::OverlapUpdate>(7));
                  }},
+        // Streaming DiLoCo's merge: a global model to merge with (not
+        // gossip's), under the overlap, and a weight in [0, 1) set only
+        // with it.
+        BadField{"outer.overlap_update",
+                 [](v1::JobSpec* s) {
+                   s->mutable_outer()->set_overlap_exchange(true);
+                   s->mutable_outer()->set_overlap_update(
+                       v1::OVERLAP_UPDATE_MERGE);
+                 }},
+        BadField{"outer.overlap_update",
+                 [](v1::JobSpec* s) {
+                   s->mutable_outer()->set_algorithm(v1::ALGORITHM_DILOCO);
+                   s->mutable_outer()->set_topology(v1::TOPOLOGY_COMPLETE);
+                   s->mutable_outer()->set_overlap_update(
+                       v1::OVERLAP_UPDATE_MERGE);
+                 }},
+        BadField{"outer.overlap_merge_alpha",
+                 [](v1::JobSpec* s) {
+                   s->mutable_outer()->set_algorithm(v1::ALGORITHM_DILOCO);
+                   s->mutable_outer()->set_topology(v1::TOPOLOGY_COMPLETE);
+                   s->mutable_outer()->set_overlap_exchange(true);
+                   s->mutable_outer()->set_overlap_merge_alpha(0.5f);
+                 }},
+        BadField{"outer.overlap_merge_alpha",
+                 [](v1::JobSpec* s) {
+                   s->mutable_outer()->set_algorithm(v1::ALGORITHM_DILOCO);
+                   s->mutable_outer()->set_topology(v1::TOPOLOGY_COMPLETE);
+                   s->mutable_outer()->set_overlap_exchange(true);
+                   s->mutable_outer()->set_overlap_update(
+                       v1::OVERLAP_UPDATE_MERGE);
+                   s->mutable_outer()->set_overlap_merge_alpha(1.0f);
+                 }},
+        BadField{"outer.overlap_merge_alpha",
+                 [](v1::JobSpec* s) {
+                   s->mutable_outer()->set_algorithm(v1::ALGORITHM_DILOCO);
+                   s->mutable_outer()->set_topology(v1::TOPOLOGY_COMPLETE);
+                   s->mutable_outer()->set_overlap_exchange(true);
+                   s->mutable_outer()->set_overlap_update(
+                       v1::OVERLAP_UPDATE_MERGE);
+                   s->mutable_outer()->set_overlap_merge_alpha(NAN);
+                 }},
         BadField{"exchange.chunk_bytes",
                  [](v1::JobSpec* s) {
                    s->mutable_exchange()->set_chunk_bytes(16);
                  }},
         BadField{"exchange.encoding",
                  [](v1::JobSpec* s) {
-                   s->mutable_outer()->set_algorithm(v1::ALGORITHM_GASLOC);
-                   s->mutable_exchange()->set_encoding(v1::WIRE_ENCODING_INT8);
+                   s->mutable_exchange()->set_encoding(
+                       static_cast<v1::WireEncoding>(9));
                  }},
         BadField{"stop", [](v1::JobSpec* s) { s->clear_stop(); }},
         // A horizon whose limit is not set (issue 32 item 5).

@@ -78,6 +78,32 @@ class ScenarioTest(unittest.TestCase):
             types.SimpleNamespace(sc=sc, args=args))["outer"]
         self.assertTrue(outer["overlapExchange"])
         self.assertNotIn("overlapUpdate", outer)
+        # Streaming DiLoCo's merge, its weight left to the spec's default.
+        args = types.SimpleNamespace(algorithm="diloco-streaming-h240",
+                                     corpus=None, rounds=None, seed=4)
+        outer = netns_cluster.Run.job_spec(
+            types.SimpleNamespace(sc=sc, args=args))["outer"]
+        self.assertEqual(outer["localSteps"], 240)
+        self.assertTrue(outer["overlapExchange"])
+        self.assertEqual(outer["overlapUpdate"], "OVERLAP_UPDATE_MERGE")
+        self.assertNotIn("overlapMergeAlpha", outer)
+        # The INT8 exchange, with the overlap kept for gasloc-overlap-int8.
+        for name, algorithm, overlap in (
+                ("gasloc-overlap-int8", "ALGORITHM_GASLOC", True),
+                ("diloco-int8-h240", "ALGORITHM_DILOCO", False)):
+            args = types.SimpleNamespace(algorithm=name, corpus=None,
+                                         rounds=None, seed=4)
+            spec = netns_cluster.Run.job_spec(
+                types.SimpleNamespace(sc=sc, args=args))
+            self.assertEqual(spec["outer"]["algorithm"], algorithm, name)
+            self.assertEqual(spec["outer"].get("overlapExchange", False),
+                             overlap, name)
+            self.assertEqual(spec["exchange"]["encoding"],
+                             "WIRE_ENCODING_INT8", name)
+        args = types.SimpleNamespace(algorithm="gasloc-overlap", corpus=None,
+                                     rounds=None, seed=4)
+        self.assertNotIn("encoding", netns_cluster.Run.job_spec(
+            types.SimpleNamespace(sc=sc, args=args))["exchange"])
 
     def assert_error(self, text, *needles):
         path = write(text)

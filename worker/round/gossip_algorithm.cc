@@ -2,13 +2,55 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/log.h"
 
 namespace gasloc {
+namespace {
+
+// A 32-bit digest in the confirmation's floats: two 16-bit halves, each
+// exact in a float.
+constexpr size_t kDigestFloats = 2;
+
+void WriteDigest(uint32_t digest, float* out) {
+  out[0] = static_cast<float>(digest >> 16);
+  out[1] = static_cast<float>(digest & 0xffffu);
+}
+
+// The digest, or none if the floats are not two 16-bit halves.
+std::optional<uint32_t> ReadDigest(const float* in) {
+  for (int i = 0; i < 2; ++i)
+    if (!(in[i] >= 0.0f && in[i] <= 65535.0f) || in[i] != std::floor(in[i]))
+      return std::nullopt;
+  return (static_cast<uint32_t>(in[0]) << 16) | static_cast<uint32_t>(in[1]);
+}
+
+// OK if the peer's confirmation (theirs) carries the digests of the same
+// two copies as ours: their own copy is our copy of them and the other
+// way round.
+absl::Status CompareDigests(const float* ours, const float* theirs) {
+  const uint32_t our_own = *ReadDigest(ours + 1);
+  const uint32_t our_peer = *ReadDigest(ours + 1 + kDigestFloats);
+  const std::optional<uint32_t> their_own = ReadDigest(theirs + 1);
+  const std::optional<uint32_t> their_peer =
+      ReadDigest(theirs + 1 + kDigestFloats);
+  if (their_own == our_peer && their_peer == our_own) return absl::OkStatus();
+  return absl::AbortedError(absl::StrFormat(
+      "the edge's public copies disagree (ours: own %08x, peer %08x; "
+      "theirs: own %s, peer %s), as after a failure between the two phases "
+      "of an earlier round or a restart: both ends reset them and the edge "
+      "starts again from zero copies",
+      our_own, our_peer,
+      their_own ? absl::StrFormat("%08x", *their_own) : "malformed",
+      their_peer ? absl::StrFormat("%08x", *their_peer) : "malformed"));
+}
+
+}  // namespace
 
 GossipAlgorithm::GossipAlgorithm(const OuterContext& context)
     : context_(context),
@@ -59,9 +101,11 @@ absl::StatusOr<ExchangeResult> GossipAlgorithm::Exchange(OuterRound& round,
   const auto& outer = context_.spec->outer();
   const std::span<const float> gossiped = PrepareGossiped(model);
   PhaseOne phase = SendAndReceive(round, gossiped, model);
+  if (compressed()) AddPeerCopies(round, phase);
   const std::vector<double> distance =
       RefuseDistantModels(round, gossiped, phase);
   const std::vector<absl::Status> edge = ConfirmEdges(round, phase);
+  if (compressed()) SettleCopies(round, edge);
   const std::vector<GossipNeighbor> neighbors =
       CommittedNeighbors(round, edge, distance, gossiped);
   // PSEUDO_GRADIENT: y holds z and no momentum follows the mixing, so
@@ -89,13 +133,24 @@ GossipAlgorithm::PhaseOne GossipAlgorithm::SendAndReceive(
   while (static_cast<int>(received_.size()) < peer_count)
     received_.emplace_back(model.shared_layout());
   const uint64_t size = model.size();
+  if (compressed()) {
+    if (!copies_) copies_.emplace(model.shared_layout());
+    while (static_cast<int>(sent_q_.size()) < peer_count)
+      sent_q_.emplace_back(model.shared_layout());
+  }
   std::vector<OutgoingTransfer> sends;
   std::vector<IncomingTransfer> receives;
   for (int k = 0; k < peer_count; ++k) {
     const auto& peer = assignment.peers(k);
+    // Compressed: q = Q(x - the copy this peer holds of us), per peer.
+    const std::span<const float> data =
+        compressed() ? copies_->PrepareSend(peer.worker_id(), gossiped,
+                                            sent_q_[k].flat(),
+                                            assignment.round())
+                     : gossiped;
     sends.push_back({.peer_id = peer.worker_id(),
                      .address = peer.address(),
-                     .data = gossiped,
+                     .data = data,
                      .range_begin = 0,
                      .range_end = size});
     receives.push_back({.peer_id = peer.worker_id(),
@@ -176,7 +231,12 @@ std::vector<absl::Status> GossipAlgorithm::ConfirmEdges(OuterRound& round,
   // of the acknowledgements. A peer with which nothing got through in
   // phase 1 gets no confirmation (it waits for ours until its deadline and
   // drops the edge too).
-  std::vector<float> mine(peer_count, 0.0f), theirs(peer_count, 0.0f);
+  // Compressed gossip adds the digests of the edge's public copies, each
+  // 32-bit CRC as two exact 16-bit halves: [committed, own, peer].
+  const size_t width = compressed() ? 1 + 2 * kDigestFloats : 1;
+  copies_disagree_.assign(peer_count, false);
+  std::vector<float> mine(peer_count * width, 0.0f),
+      theirs(peer_count * width, 0.0f);
   std::vector<OutgoingTransfer> sends;
   std::vector<IncomingTransfer> receives;
   std::vector<int> slots;
@@ -185,17 +245,23 @@ std::vector<absl::Status> GossipAlgorithm::ConfirmEdges(OuterRound& round,
       edge[k] = sent[k];  // sends end first (an absent peer: at once)
       continue;
     }
-    mine[k] = received[k].ok() ? 1.0f : 0.0f;
+    float* message = &mine[k * width];
+    message[0] = received[k].ok() ? 1.0f : 0.0f;
     const auto& peer = assignment.peers(k);
+    if (compressed()) {
+      const EdgeDigests digests = copies_->Digests(peer.worker_id());
+      WriteDigest(digests.own, message + 1);
+      WriteDigest(digests.peer, message + 1 + kDigestFloats);
+    }
     sends.push_back({.peer_id = peer.worker_id(),
                      .address = peer.address(),
-                     .data = std::span<const float>(&mine[k], 1),
+                     .data = std::span<const float>(message, width),
                      .range_begin = 0,
-                     .range_end = 1});
+                     .range_end = width});
     receives.push_back({.peer_id = peer.worker_id(),
-                        .buffer = std::span<float>(&theirs[k], 1),
+                        .buffer = std::span<float>(&theirs[k * width], width),
                         .range_begin = 0,
-                        .range_end = 1});
+                        .range_end = width});
     slots.push_back(k);
   }
   if (slots.empty()) return edge;
@@ -219,19 +285,57 @@ std::vector<absl::Status> GossipAlgorithm::ConfirmEdges(OuterRound& round,
   for (size_t s = 0; s < slots.size(); ++s) {
     const int k = slots[s];
     const absl::Status& confirm = outcomes[slots.size() + s].status;
+    // Compressed: copies that disagree make the peer's q meaningless
+    // whatever else happened to the edge (the poisoning guard may have
+    // refused the garbage it decodes to), so they are checked first.
+    if (compressed() && confirm.ok()) {
+      absl::Status agree = CompareDigests(&mine[k * width], &theirs[k * width]);
+      if (!agree.ok()) {
+        copies_disagree_[k] = true;
+        edge[k] = agree;
+        continue;
+      }
+    }
     if (!received[k].ok()) {
       edge[k] = received[k];
     } else if (!confirm.ok()) {
       edge[k] = absl::Status(confirm.code(),
                              absl::StrCat("no confirmation of the edge: ",
                                           confirm.message()));
-    } else if (theirs[k] != 1.0f) {
+    } else if (theirs[k * width] != 1.0f) {
       edge[k] = absl::AbortedError(absl::StrCat(
           "the peer did not commit our y",
           sent[k].ok() ? "" : absl::StrCat(" (our send: ", sent[k].ToString(), ")")));
     }
   }
   return edge;
+}
+
+void GossipAlgorithm::AddPeerCopies(const OuterRound& round,
+                                    const PhaseOne& phase) {
+  for (int k = 0; k < round.assignment->peers_size(); ++k)
+    if (phase.received[k].ok())
+      copies_->AddPeerCopy(round.assignment->peers(k).worker_id(),
+                           received_[k].flat());
+}
+
+void GossipAlgorithm::SettleCopies(const OuterRound& round,
+                                   const std::vector<absl::Status>& edge) {
+  const v1::Assignment& assignment = *round.assignment;
+  for (int k = 0; k < assignment.peers_size(); ++k) {
+    const uint64_t peer = assignment.peers(k).worker_id();
+    if (edge[k].ok()) {
+      copies_->Commit(peer, sent_q_[k].flat(), received_[k].flat());
+    } else if (copies_disagree_[k]) {
+      copies_->Reset(peer);
+    }
+  }
+}
+
+std::optional<EdgeDigests> GossipAlgorithm::PublicCopyDigests(
+    uint64_t peer) const {
+  if (!copies_ || copies_->Own(peer).empty()) return std::nullopt;
+  return copies_->Digests(peer);
 }
 
 std::vector<GossipNeighbor> GossipAlgorithm::CommittedNeighbors(
@@ -254,8 +358,13 @@ std::vector<GossipNeighbor> GossipAlgorithm::CommittedNeighbors(
                       assignment.peers(k).worker_id(), ": ", edge[k].ToString());
       continue;
     }
-    neighbors.push_back({.y = received_[k].flat(),
-                         .weight = assignment.peers(k).weight()});
+    // Compressed: received_ holds the peer's public copy (committed), and
+    // the edge mixes it against ours as the peer holds it.
+    neighbors.push_back(
+        {.y = received_[k].flat(),
+         .weight = assignment.peers(k).weight(),
+         .own = compressed() ? copies_->Own(assignment.peers(k).worker_id())
+                             : std::span<const float>()});
     const double d = distance[k] >= 0
                          ? distance[k]
                          : L2Distance(gossiped, received_[k].flat());

@@ -2,7 +2,10 @@
 // and D-PSGD (algorithms/dpsgd.cc): what is gossiped by momentum placement, one
 // exchange with every peer of the round, the poisoning guard, the
 // two-phase edge confirmation and GossipOuterStep
-// (docs/outer_algorithms.md). The two differ only in the spec's numbers
+// (docs/outer_algorithms.md). With exchange.encoding INT8 it gossips
+// compressed differences against public copies both ends hold
+// (CHOCO-gossip, public_copies.h): the confirmation then also swaps the
+// copies' digests. The two differ only in the spec's numbers
 // (alpha, eta, gamma, H: JobSpec defaults), not in the worker's code.
 //
 // Thread safety: as OuterAlgorithm; Exchange touches no trainer state, so
@@ -11,6 +14,7 @@
 #define GASLOC_WORKER_ROUND_GOSSIP_ALGORITHM_H_
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -18,6 +22,7 @@
 #include "worker/round/outer_algorithm.h"
 #include "worker/round/outer_optimizer.h"
 #include "worker/round/poison_guard.h"
+#include "worker/round/public_copies.h"
 
 namespace gasloc {
 
@@ -32,6 +37,7 @@ class GossipAlgorithm : public OuterAlgorithm {
   bool RunsBesideInnerSteps() const override { return true; }
 
   uint64_t ModelsRefused() const override { return models_refused_; }
+  std::optional<EdgeDigests> PublicCopyDigests(uint64_t peer) const override;
 
  private:
   // Phase 1's outcomes per peer slot k and its timing. Send outcomes are
@@ -72,8 +78,24 @@ class GossipAlgorithm : public OuterAlgorithm {
   void RecordTiming(OuterRound& round, const PhaseOne& phase,
                     double exchange_seconds);
 
+  // Compressed gossip: whether the job gossips INT8 differences, and the
+  // edges' copies (created at the first exchange).
+  bool compressed() const {
+    return context_.spec->exchange().encoding() == v1::WIRE_ENCODING_INT8;
+  }
+  // After phase 1, compressed: each received q becomes the peer's
+  // candidate public copy (received_ += its copy).
+  void AddPeerCopies(const OuterRound& round, const PhaseOne& phase);
+  // After the confirmation, compressed: held edges commit their copies;
+  // edges whose ends disagreed reset them.
+  void SettleCopies(const OuterRound& round,
+                    const std::vector<absl::Status>& edge);
   OuterContext context_;
   std::vector<FloatArena> received_;  // one per peer slot
+  std::optional<PublicCopies> copies_;
+  std::vector<FloatArena> sent_q_;  // compressed: one per peer slot
+  // Per peer slot of the last confirmation: the digests differed.
+  std::vector<bool> copies_disagree_;
   PoisonGuard poison_guard_;
   uint64_t models_refused_ = 0;
   // What Apply adopts: y_prev <- y (LOCAL, MIXED) or momentum <- scratch

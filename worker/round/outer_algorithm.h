@@ -44,6 +44,7 @@
 #include "gasloc/v1/job.pb.h"
 #include "worker/exchange/peer_transport.h"
 #include "worker/round/inner_trainer.h"
+#include "worker/round/public_copies.h"
 
 namespace gasloc {
 
@@ -186,6 +187,12 @@ class OuterAlgorithm {
   // Gossiped models refused by the poisoning guard (poison_guard.h) over
   // the job's life.
   virtual uint64_t ModelsRefused() const { return 0; }
+  // Compressed gossip: the digests of the public copies this worker holds
+  // for its edge with `peer` (public_copies.h); none without such an edge.
+  virtual std::optional<EdgeDigests> PublicCopyDigests(
+      uint64_t /*peer*/) const {
+    return std::nullopt;
+  }
   // Whether Exchange may run beside inner steps (outer.overlap_exchange).
   virtual bool RunsBesideInnerSteps() const { return false; }
   // A bound of the algorithm's own on the inner steps taken beside its

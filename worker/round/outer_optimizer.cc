@@ -21,6 +21,14 @@ void AddLocalChange(std::span<const float> mixed, std::span<const float> base,
   for (size_t i = 0; i < n; ++i) params[i] = mixed[i] + (params[i] - base[i]);
 }
 
+void MergeWithGlobal(std::span<const float> global, float alpha,
+                     std::span<float> params) {
+  const float beta = 1.0f - alpha;
+  const size_t n = params.size();
+  for (size_t i = 0; i < n; ++i)
+    params[i] = alpha * params[i] + beta * global[i];
+}
+
 void PseudoGradient(std::span<const float> theta_start,
                     std::span<const float> theta_local, std::span<float> g) {
   const size_t n = g.size();
@@ -44,11 +52,12 @@ void GossipOuterStep(std::span<const float> y,
     const float yi = y[i];
     theta_next[i] = yi + gamma * (yi - y_prev[i]);
   }
-  const float* sent = wire.sent.empty() ? y.data() : wire.sent.data();
+  const float* wire_sent = wire.sent.empty() ? y.data() : wire.sent.data();
   for (const GossipNeighbor& neighbor : neighbors) {
     const float step = alpha * neighbor.weight;
     const float* yj = neighbor.y.data();
-    if (wire.bf16) {
+    const float* sent = neighbor.own.empty() ? wire_sent : neighbor.own.data();
+    if (wire.bf16 && neighbor.own.empty()) {
       for (size_t i = 0; i < n; ++i)
         theta_next[i] -= step * (Bf16ToFloat(FloatToBf16(sent[i])) - yj[i]);
     } else {

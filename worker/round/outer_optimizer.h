@@ -41,6 +41,12 @@ void PostLocalIterate(std::span<const float> theta_start,
 void AddLocalChange(std::span<const float> mixed, std::span<const float> base,
                     std::span<float> params);
 
+// params = alpha * params + (1 - alpha) * global: Streaming DiLoCo's
+// merge of the live model with the all-reduce's result
+// (outer.overlap_update MERGE, algorithms.md section 5).
+void MergeWithGlobal(std::span<const float> global, float alpha,
+                     std::span<float> params);
+
 // g = theta_local - theta_start.
 void PseudoGradient(std::span<const float> theta_start,
                     std::span<const float> theta_local, std::span<float> g);
@@ -48,6 +54,10 @@ void PseudoGradient(std::span<const float> theta_start,
 struct GossipNeighbor {
   std::span<const float> y;  // the neighbour's post-local iterate y_j
   float weight = 1.0f;       // lambda_ij (the same at both ends)
+  // Compressed gossip (public_copies.h): this worker's public copy as the
+  // neighbour holds it, used in place of the wire's `sent` for this edge
+  // (y is then the neighbour's public copy). Empty: GossipWire's rule.
+  std::span<const float> own;
 };
 
 // z = y + gamma (y - y_prev) = (1 + gamma) y - gamma y_prev: the point the

@@ -13,6 +13,13 @@
 
 namespace gasloc {
 
+OverlappedExchange::OverlappedExchange(const OuterContext& context,
+                                       std::unique_ptr<OuterAlgorithm> exchange)
+    : context_(context), exchange_(std::move(exchange)) {
+  if (context_.spec->outer().overlap_update() == v1::OVERLAP_UPDATE_MERGE)
+    merge_alpha_ = context_.spec->outer().overlap_merge_alpha();
+}
+
 absl::StatusOr<ExchangeResult> OverlappedExchange::Exchange(OuterRound& round,
                                                             FloatArena& model) {
   start_pending_ = false;  // a round that was not applied carries nothing
@@ -74,8 +81,13 @@ absl::StatusOr<ExchangeResult> OverlappedExchange::Exchange(OuterRound& round,
   InnerStepLoop::Taken kept;
   if (during.ok()) {
     kept = *during;
-    // theta' = mix(theta_Hi) + (theta_now - theta_Hi).
-    AddLocalChange(model_->flat(), base_->flat(), model.flat());
+    if (merge_alpha_) {
+      // theta' = a theta_now + (1 - a) mix(theta_Hi).
+      MergeWithGlobal(model_->flat(), *merge_alpha_, model.flat());
+    } else {
+      // theta' = mix(theta_Hi) + (theta_now - theta_Hi).
+      AddLocalChange(model_->flat(), base_->flat(), model.flat());
+    }
   } else {
     const std::string why = absl::StrCat(
         "an inner step beside the exchange failed (",

@@ -7,7 +7,11 @@
 // the change those steps made. Those steps are the next round's first
 // inner steps: at its schedule position, and its pseudo-gradient is taken
 // from the mixed point, so the outer optimizer sees them like any other
-// (algorithms.md section 5, "Computing through the exchange"). An
+// (algorithms.md section 5, "Computing through the exchange"). With
+// outer.overlap_update MERGE (the all-reduce algorithms) the live model is
+// merged with the exchange's result instead, theta' = a theta_now +
+// (1 - a) mixed (Streaming DiLoCo); the next round starts from the mixed
+// point all the same. An
 // algorithm that takes an outer step before its exchange
 // (OuterAlgorithm::StepBeforeExchange: DiLoCo's eager updates) takes it
 // on the live model first; the copy and the steps beside start from it.
@@ -40,8 +44,7 @@ inline constexpr uint32_t kOverlapStepFactor = 8;
 class OverlappedExchange : public OuterAlgorithm {
  public:
   OverlappedExchange(const OuterContext& context,
-                     std::unique_ptr<OuterAlgorithm> exchange)
-      : context_(context), exchange_(std::move(exchange)) {}
+                     std::unique_ptr<OuterAlgorithm> exchange);
 
   absl::Status Prepare(OuterRound& round) override {
     return exchange_->Prepare(round);
@@ -64,6 +67,9 @@ class OverlappedExchange : public OuterAlgorithm {
     return exchange_->ReplicaChecksum();
   }
   uint64_t ModelsRefused() const override { return exchange_->ModelsRefused(); }
+  std::optional<EdgeDigests> PublicCopyDigests(uint64_t peer) const override {
+    return exchange_->PublicCopyDigests(peer);
+  }
   bool RunsBesideInnerSteps() const override { return true; }
   std::optional<uint32_t> MaxStepsBesideExchange(
       uint32_t budget) const override {
@@ -78,6 +84,9 @@ class OverlappedExchange : public OuterAlgorithm {
 
   OuterContext context_;
   std::unique_ptr<OuterAlgorithm> exchange_;
+  // outer.overlap_merge_alpha under OVERLAP_UPDATE_MERGE; otherwise the
+  // steps beside are carried by difference.
+  std::optional<float> merge_alpha_;
   // Allocated at the first round: the model copy the exchange mixes and
   // theta at H_i.
   std::optional<FloatArena> model_;

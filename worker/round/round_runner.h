@@ -122,6 +122,12 @@ class RoundRunner : private InnerStepLoop {
   uint64_t models_refused() const {
     return algorithm_.ok() ? (*algorithm_)->ModelsRefused() : 0;
   }
+  // Compressed gossip: the digests of this worker's public copies for its
+  // edge with `peer` (worker/round/public_copies.h); none if not held.
+  std::optional<EdgeDigests> public_copy_digests(uint64_t peer) const {
+    return algorithm_.ok() ? (*algorithm_)->PublicCopyDigests(peer)
+                           : std::nullopt;
+  }
 
   // Abandon the current round at the next inner-step boundary.
   void Cancel() { cancelled_ = true; }

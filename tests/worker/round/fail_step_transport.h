@@ -1,5 +1,5 @@
-// A PeerTransport for tests that reports the receive of one (round, phase,
-// step) as failed (DATA_LOSS "injected") after it really ran: with the last
+// A PeerTransport for tests that reports the receives of one (or several)
+// (round, phase, step) as failed (DATA_LOSS "injected") after it really ran: with the last
 // all-gather step of a ring, the member alone sees its all-reduce fail
 // while every other member completes the ring.
 //
@@ -21,7 +21,10 @@ template <typename Inner>
 class FailStepTransport final : public PeerTransport {
  public:
   FailStepTransport(std::unique_ptr<Inner> inner, TransferKey fail)
-      : inner_(std::move(inner)), fail_(fail) {}
+      : inner_(std::move(inner)), fail_{fail} {}
+  // Fails the receives of each of `fail`.
+  FailStepTransport(std::unique_ptr<Inner> inner, std::vector<TransferKey> fail)
+      : inner_(std::move(inner)), fail_(std::move(fail)) {}
   uint64_t self_id() const override { return inner_->self_id(); }
   std::vector<TransferOutcome> Exchange(
       const TransferKey& key, std::span<const OutgoingTransfer> sends,
@@ -29,17 +32,18 @@ class FailStepTransport final : public PeerTransport {
       const ExchangeOptions& options) override {
     std::vector<TransferOutcome> outcomes =
         inner_->Exchange(key, sends, receives, options);
-    if (key.job_id == fail_.job_id && key.round == fail_.round &&
-        key.phase == fail_.phase && key.step == fail_.step)
-      for (TransferOutcome& o : outcomes)
-        if (o.incoming) o.status = absl::DataLossError("injected");
+    for (const TransferKey& fail : fail_)
+      if (key.job_id == fail.job_id && key.round == fail.round &&
+          key.phase == fail.phase && key.step == fail.step)
+        for (TransferOutcome& o : outcomes)
+          if (o.incoming) o.status = absl::DataLossError("injected");
     return outcomes;
   }
   Inner& inner() { return *inner_; }
 
  private:
   std::unique_ptr<Inner> inner_;
-  TransferKey fail_;
+  std::vector<TransferKey> fail_;
 };
 
 }  // namespace gasloc::testing

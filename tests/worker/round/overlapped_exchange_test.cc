@@ -4,6 +4,7 @@
 // cancelled or a step fails beside the exchange.
 #include "worker/round/overlapped_exchange.h"
 
+#include <cmath>
 #include <future>
 #include <memory>
 #include <string>
@@ -432,6 +433,122 @@ TEST(OverlappedExchange, DilocoEagerReplicasAgreeOnTheMeanAndFollowTheRule) {
   // cover it).
   EXPECT_NE(Values(w[0]->runner.replicated_params()),
             Values(w[1]->runner.replicated_params()));
+}
+
+// One worker of DiLoCo with Streaming DiLoCo's merge, replayed in plain
+// loops: the shared round start G and momentum (every replica's), its own
+// live model. Round t: g^i = live after H_i steps - G; the mean's Nesterov
+// step gives G'; the live model takes the steps beside the all-reduce,
+// then live = a live + (1 - a) G'.
+struct MergeReplay {
+  MergeReplay(float target, const v1::JobSpec& spec)
+      : trainer(testing::FakeLayout(), target),
+        start(Values(trainer.params())),
+        v(start.size(), 0.0),
+        lr(spec.outer().lr()),
+        mu(spec.outer().mu()),
+        alpha(spec.outer().overlap_merge_alpha()) {}
+  std::vector<double> Local(uint32_t planned) {
+    for (uint32_t h = 0; h < planned; ++h) EXPECT_TRUE(trainer.Step().ok());
+    std::vector<double> g(start.size());
+    for (size_t k = 0; k < g.size(); ++k)
+      g[k] = trainer.params().flat()[k] - start[k];
+    return g;
+  }
+  void OuterStepBesideAndMerge(const std::vector<double>& mean,
+                               uint32_t beside) {
+    for (size_t k = 0; k < mean.size(); ++k) {
+      v[k] = mu * v[k] + mean[k];
+      start[k] = static_cast<float>(start[k] + lr * (mean[k] + mu * v[k]));
+    }
+    for (uint32_t h = 0; h < beside; ++h) EXPECT_TRUE(trainer.Step().ok());
+    float* live = trainer.params().data();
+    for (size_t k = 0; k < mean.size(); ++k)
+      live[k] = static_cast<float>(alpha * live[k] + (1 - alpha) * start[k]);
+  }
+  testing::FakeTrainer trainer;
+  std::vector<float> start;
+  std::vector<double> v;
+  double lr, mu, alpha;
+};
+
+// DiLoCo with Streaming DiLoCo's merge (outer.overlap_update MERGE, a =
+// 0.3): three replicas, the third 250 ms a step, so the fast two step
+// beside the all-reduce. Over four rounds the replicas agree on the round
+// start G (same checksum, same replicated parameters) and each live model
+// is a live + (1 - a) G after its own steps beside, matching a replay in
+// plain loops from the reports' step counts. Under the default DELAYED
+// rule, round 0's G is the same and its live models are not the replay's
+// (the option is what changes them).
+TEST(OverlappedExchange, DilocoMergeFollowsStreamingDilocosRule) {
+  v1::JobSpec spec = Spec(v1::ALGORITHM_DILOCO);
+  spec.mutable_outer()->set_local_steps(10);
+  spec.mutable_outer()->set_min_local_steps(1);
+  spec.mutable_outer()->set_overlap_exchange(true);
+  spec.mutable_outer()->set_overlap_update(v1::OVERLAP_UPDATE_MERGE);
+  spec.mutable_outer()->set_overlap_merge_alpha(0.3f);
+  ASSERT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+  constexpr uint32_t kSteps = 4;
+  constexpr int kRounds = 4;
+  const float targets[] = {+1.0f, -1.0f, +0.5f};
+  for (bool merge : {true, false}) {
+    SCOPED_TRACE(merge ? "MERGE" : "DELAYED");
+    v1::JobSpec job = spec;
+    if (!merge) {
+      job.mutable_outer()->set_overlap_update(v1::OVERLAP_UPDATE_DELAYED);
+      job.mutable_outer()->clear_overlap_merge_alpha();
+    }
+    InProcessNetwork network;
+    std::vector<std::unique_ptr<SimWorker>> w;
+    for (uint64_t id = 1; id <= 3; ++id)
+      w.push_back(
+          std::make_unique<SimWorker>(network, id, job, targets[id - 1]));
+    w[0]->trainer.SleepOnEveryStep(absl::Milliseconds(20));
+    w[1]->trainer.SleepOnEveryStep(absl::Milliseconds(20));
+    w[2]->trainer.SleepOnEveryStep(absl::Milliseconds(250));
+    std::vector<MergeReplay> replay;
+    for (float target : targets) replay.emplace_back(target, spec);
+    // The delayed rule: round 0's G is the same, its live models are not.
+    bool live_matches = true;
+    for (int round = 0; round < (merge ? kRounds : 1); ++round) {
+      SCOPED_TRACE(round);
+      const auto reports = testing::RunAll(
+          w, std::vector<v1::Assignment>(
+                 3, testing::RingAssignment(round, 3, kSteps)));
+      for (const auto& report : reports) {
+        ASSERT_TRUE(report.ok()) << report.status();
+        EXPECT_EQ(report->failed_peers_size(), 0);
+        EXPECT_NE(report->replica_checksum(), 0u);
+        EXPECT_EQ(report->replica_checksum(), reports[0]->replica_checksum());
+      }
+      for (int fast = 0; fast < 2; ++fast)
+        EXPECT_EQ(reports[fast]->overlap_steps(), kSteps);
+      std::vector<std::vector<double>> g;
+      for (auto& r : replay) g.push_back(r.Local(kSteps));
+      std::vector<double> mean(g[0].size(), 0.0);
+      for (const auto& gi : g)
+        for (size_t k = 0; k < mean.size(); ++k) mean[k] += gi[k] / 3;
+      for (size_t i = 0; i < replay.size(); ++i)
+        replay[i].OuterStepBesideAndMerge(mean, reports[i]->overlap_steps());
+      const std::vector<float> shared =
+          Values(w[0]->runner.replicated_params());
+      for (size_t i = 0; i < w.size(); ++i) {
+        SCOPED_TRACE(i);
+        EXPECT_EQ(Values(w[i]->runner.replicated_params()), shared);
+        const std::vector<float> params = Values(w[i]->trainer.params());
+        const std::vector<float> expected = Values(replay[i].trainer.params());
+        for (size_t k = 0; k < params.size(); ++k) {
+          ASSERT_NEAR(shared[k], replay[i].start[k], 1e-5f) << "element " << k;
+          if (merge) {
+            ASSERT_NEAR(params[k], expected[k], 1e-5f) << "element " << k;
+          } else if (std::abs(params[k] - expected[k]) > 1e-4f) {
+            live_matches = false;
+          }
+        }
+      }
+    }
+    if (!merge) EXPECT_FALSE(live_matches);
+  }
 }
 
 // INT8 with error feedback under the overlap, the outer step DELAYED or
