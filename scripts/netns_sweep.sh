@@ -20,6 +20,7 @@
 #     --out DIR            default runs/sweep-<scenario>-<time>; each run in
 #                          DIR/<algorithm>-s<seed>, the comparison in DIR/compare
 #     --build DIR          passed to the harness
+#     --reference A        the comparison's baseline (default diloco)
 # A failed run is reported and skipped; the exit code is 1 if any failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,6 +32,7 @@ out=""
 build_args=()
 horizon_args=()
 compare_args=()
+reference_args=()
 scenario=""
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -41,7 +43,8 @@ while [ $# -gt 0 ]; do
     --out) out="$2"; shift 2 ;;
     --report) compare_args=(--report); shift ;;
     --build) build_args=(--build "$2"); shift 2 ;;
-    -h|--help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --reference) reference_args=(--reference "$2"); shift 2 ;;
+    -h|--help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "netns_sweep: unknown option $1" >&2; exit 2 ;;
     *) scenario="$1"; shift ;;
   esac
@@ -82,6 +85,6 @@ for seed in $seeds; do
 done
 if [ "${#runs[@]}" -gt 0 ]; then
   python3 scripts/netns_compare.py "${runs[@]}" --out "$out/compare" \
-    "${compare_args[@]}" || failed=1
+    "${compare_args[@]}" "${reference_args[@]}" || failed=1
 fi
 exit "$failed"

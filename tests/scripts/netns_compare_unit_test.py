@@ -10,7 +10,6 @@ Run: python3 tests/scripts/netns_compare_unit_test.py SOURCE_DIR
 """
 import contextlib
 import io
-import json
 import math
 import os
 import sys
@@ -20,9 +19,11 @@ import unittest
 SOURCE = sys.argv.pop(1) if len(sys.argv) > 1 else os.path.join(
     os.path.dirname(os.path.abspath(__file__)), "..", "..")
 sys.path.insert(0, os.path.join(SOURCE, "scripts"))
+sys.path.insert(0, os.path.join(SOURCE, "tests", "scripts"))
 import netns_cluster  # noqa: E402
 import netns_compare  # noqa: E402
 import paired_stats  # noqa: E402
+from run_folders import make_run  # noqa: E402
 
 
 class PairedStatsTest(unittest.TestCase):
@@ -67,27 +68,6 @@ class AlgorithmChoiceTest(unittest.TestCase):
         for bad in ("nope", "diloco-h0", "diloco-hx", "nope-h80"):
             with self.assertRaises(Exception, msg=bad):
                 netns_cluster.algorithm_choice(bad)
-
-
-def make_run(root, algorithm, seed, evals, build="b1", scenario="osl"):
-    """A results folder as netns_cluster.py writes it: evals are
-    (seconds, bpb) pairs."""
-    folder = os.path.join(root, f"{algorithm}-s{seed}")
-    os.makedirs(folder)
-    workers = [{"rate_mbit": 24, "cpu": 1, "wait_fraction": 0.1,
-                "idle_fraction": 0.2, "sent_bytes": 2e6}]
-    with open(os.path.join(folder, "summary.json"), "w") as f:
-        json.dump({"scenario": scenario, "algorithm": algorithm, "seed": seed,
-                   "state": "JOB_STATE_FINISHED", "build": build,
-                   "wall_seconds": evals[-1][0], "tokens": 1000,
-                   "workers": workers}, f)
-    with open(os.path.join(folder, "progress.csv"), "w") as f:
-        f.write("elapsed_s,tokens,val_bpb\n")
-        for seconds, bpb in evals:
-            f.write(f"{seconds},{int(seconds * 10)},{bpb}\n")
-    with open(os.path.join(folder, "rounds.csv"), "w") as f:
-        f.write("round,worker,H\n2,1,80\n")
-    return folder
 
 
 class CompareTest(unittest.TestCase):
