@@ -154,8 +154,9 @@ struct LossyWorker {
 // - round 6, 1-2 meet again: both see the digests differ, drop the edge,
 //   say why, and reset; round 9 starts the edge again from zero.
 // Every other edge holds, the bytes are INT8's, and at the end both ends
-// of every edge hold the same copies (crosswise digests). Before, the job
-// spec refused INT8 for gossip.
+// of every edge hold the same copies (crosswise digests). A worker then
+// joins: its first edge holds and the others' copies are untouched.
+// Before, the job spec refused INT8 for gossip.
 TEST(PublicCopiesTest, BothEndsKeepTheSameCopiesThroughDroppedEdges) {
   v1::JobSpec spec = testing::Spec(v1::ALGORITHM_GASLOC);
   spec.mutable_outer()->set_local_steps(4);
@@ -209,16 +210,45 @@ TEST(PublicCopiesTest, BothEndsKeepTheSameCopiesThroughDroppedEdges) {
       }
     }
   }
+  auto expect_agreement = [&](uint64_t i, uint64_t j) {
+    SCOPED_TRACE(absl::StrCat(i, "-", j));
+    const auto mine = w[i - 1]->runner.public_copy_digests(j);
+    const auto theirs = w[j - 1]->runner.public_copy_digests(i);
+    ASSERT_TRUE(mine.has_value());
+    ASSERT_TRUE(theirs.has_value());
+    EXPECT_EQ(mine->own, theirs->peer);
+    EXPECT_EQ(mine->peer, theirs->own);
+  };
   for (uint64_t i = 1; i <= 4; ++i)
-    for (uint64_t j = i + 1; j <= 4; ++j) {
-      SCOPED_TRACE(absl::StrCat(i, "-", j));
-      const auto mine = w[i - 1]->runner.public_copy_digests(j);
-      const auto theirs = w[j - 1]->runner.public_copy_digests(i);
-      ASSERT_TRUE(mine.has_value());
-      ASSERT_TRUE(theirs.has_value());
-      EXPECT_EQ(mine->own, theirs->peer);
-      EXPECT_EQ(mine->peer, theirs->own);
-    }
+    for (uint64_t j = i + 1; j <= 4; ++j) expect_agreement(i, j);
+  // Worker 5 joins and meets worker 1 (2-3 gossip, 4 sits out): its edge
+  // starts at zero at both ends and holds, and the copies worker 1 holds
+  // of its other edges are untouched.
+  const auto before_2 = w[0]->runner.public_copy_digests(2);
+  w.push_back(std::make_unique<LossyWorker>(network, 5, spec,
+                                            std::vector<TransferKey>{}));
+  const std::vector<std::vector<uint64_t>> join_round = {{5}, {3}, {2}, {},
+                                                         {1}};
+  std::vector<absl::StatusOr<v1::ReportRoundRequest>> reports(
+      5, absl::UnknownError("not run"));
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 5; ++i)
+    threads.emplace_back([&, i] {
+      reports[i] = w[i]->runner.RunRound(testing::GossipAssignment(
+          12, i + 1, join_round[i], 0.5f, 4));
+    });
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(reports[i].ok()) << reports[i].status();
+    EXPECT_EQ(reports[i]->failed_peers_size(), 0)
+        << "worker " << i + 1 << ": " << reports[i]->failure_reason();
+  }
+  expect_agreement(1, 5);
+  expect_agreement(2, 3);
+  const auto after_2 = w[0]->runner.public_copy_digests(2);
+  ASSERT_TRUE(before_2 && after_2);
+  EXPECT_EQ(after_2->own, before_2->own);
+  EXPECT_EQ(after_2->peer, before_2->peer);
 }
 
 }  // namespace
