@@ -21,6 +21,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -72,18 +73,36 @@ ALGORITHMS = {
 }
 
 
-def algorithm_choice(name):
-    """(base name, H or None) of an --algorithm: a name of ALGORITHMS,
-    optionally with "-h<N>" for that H in place of the scenario's
-    (diloco-h240: DiLoCo tuned for wall-clock time)."""
-    base, h = name, None
-    head, sep, tail = name.rpartition("-h")
-    if sep and head in ALGORITHMS and tail.isdigit() and int(tail) > 0:
-        base, h = head, int(tail)
+def algorithm_options(name):
+    """(base name, H or None, outer momentum or None) of an --algorithm: a
+    name of ALGORITHMS, optionally with "-mu<X>" for the all-reduce
+    algorithms' outer momentum (outer.mu, in [0, 1): diloco-eager-mu0.3)
+    and then "-h<N>" for that H in place of the scenario's (diloco-h240:
+    DiLoCo tuned for wall-clock time)."""
+    match = re.fullmatch(r"(.+?)(?:-mu([0-9]*\.?[0-9]+))?(?:-h([0-9]+))?",
+                         name)
+    base, mu, h = match.group(1), match.group(2), match.group(3)
     if base not in ALGORITHMS:
         raise argparse.ArgumentTypeError(
             f"unknown algorithm {name!r}: one of {', '.join(sorted(ALGORITHMS))}"
-            ", optionally with -h<N>")
+            ", optionally with -mu<X> (all-reduce algorithms) and -h<N>")
+    if h is not None and int(h) <= 0:
+        raise argparse.ArgumentTypeError(f"{name!r}: -h wants H >= 1")
+    if mu is not None:
+        if not ALGORITHMS[base][0] in ("ALGORITHM_DILOCO",
+                                       "ALGORITHM_LOCAL_SGD"):
+            raise argparse.ArgumentTypeError(
+                f"{name!r}: -mu sets outer.mu, the outer momentum of DiLoCo "
+                "and local SGD")
+        if not 0 <= float(mu) < 1:
+            raise argparse.ArgumentTypeError(f"{name!r}: -mu wants [0, 1)")
+    return (base, int(h) if h else None, float(mu) if mu is not None
+            else None)
+
+
+def algorithm_choice(name):
+    """(base name, H or None) of an --algorithm (algorithm_options)."""
+    base, h, _ = algorithm_options(name)
     return base, h
 
 
@@ -242,7 +261,7 @@ class Run:
 
     def job_spec(self):
         sc, args = self.sc, self.args
-        base, h = algorithm_choice(args.algorithm)
+        base, h, mu = algorithm_options(args.algorithm)
         algorithm, policy = ALGORITHMS[base]
         corpus = sc.corpus if os.path.isabs(sc.corpus) else os.path.join(
             REPO, sc.corpus)
@@ -259,6 +278,8 @@ class Run:
             outer["overlapUpdate"] = "OVERLAP_UPDATE_EAGER"
         if base.endswith("-streaming"):
             outer["overlapUpdate"] = "OVERLAP_UPDATE_MERGE"
+        if mu is not None:
+            outer["mu"] = mu
         if sc.min_local_steps:
             outer["minLocalSteps"] = sc.min_local_steps
         stop = {}

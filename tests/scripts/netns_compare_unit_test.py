@@ -65,7 +65,17 @@ class AlgorithmChoiceTest(unittest.TestCase):
                          ("gasloc-overlap", None))
         self.assertEqual(netns_cluster.algorithm_choice("data-parallel"),
                          ("data-parallel", None))
-        for bad in ("nope", "diloco-h0", "diloco-hx", "nope-h80"):
+        self.assertEqual(
+            netns_cluster.algorithm_options("diloco-eager-mu0.3-h80"),
+            ("diloco-eager", 80, 0.3))
+        self.assertEqual(netns_cluster.algorithm_options("diloco-mu0"),
+                         ("diloco", None, 0.0))
+        self.assertEqual(
+            netns_cluster.algorithm_options("gasloc-overlap-int8"),
+            ("gasloc-overlap-int8", None, None))
+        for bad in ("nope", "diloco-h0", "diloco-hx", "nope-h80",
+                    "diloco-mu1", "diloco-mu1.5-h80", "gasloc-mu0.3",
+                    "diloco-h80-mu0.3"):
             with self.assertRaises(Exception, msg=bad):
                 netns_cluster.algorithm_choice(bad)
 

@@ -78,6 +78,18 @@ class ScenarioTest(unittest.TestCase):
             types.SimpleNamespace(sc=sc, args=args))["outer"]
         self.assertTrue(outer["overlapExchange"])
         self.assertNotIn("overlapUpdate", outer)
+        # Eager updates at a lower outer momentum (-mu).
+        args = types.SimpleNamespace(algorithm="diloco-eager-mu0.3-h80",
+                                     corpus=None, rounds=None, seed=4)
+        outer = netns_cluster.Run.job_spec(
+            types.SimpleNamespace(sc=sc, args=args))["outer"]
+        self.assertEqual(outer["mu"], 0.3)
+        self.assertEqual(outer["localSteps"], 80)
+        self.assertEqual(outer["overlapUpdate"], "OVERLAP_UPDATE_EAGER")
+        self.assertNotIn("mu", netns_cluster.Run.job_spec(types.SimpleNamespace(
+            sc=sc, args=types.SimpleNamespace(algorithm="diloco-eager",
+                                              corpus=None, rounds=None,
+                                              seed=4)))["outer"])
         # Streaming DiLoCo's merge, its weight left to the spec's default.
         args = types.SimpleNamespace(algorithm="diloco-streaming-h240",
                                      corpus=None, rounds=None, seed=4)
