@@ -29,11 +29,12 @@ reference; the target bpb, unless --target-bpb gives one, is per ratio the
 worst final bpb of any run, so every method reaches it in every seed; the
 stop's wall-clock limit can end a method before a fixed target) into
 OUT/compare/wc<r>, then writes
-OUT/compare/crossover.md (per ratio and method: seeds, the measured
-wire/compute of the slow worker, time to the target and its paired ratio to
-the reference with a 95% t interval, the winner) and crossover.png (the
-ratio against wire/compute on log axes, a line at 1 and one at the issue's
-0.67 goal). Needs gnuplot for the PNG (the table is written without it).
+OUT/compare/crossover.md (per ratio and method: seeds, the wire/compute
+as run (measured_ratio) and the slow worker's as the harness reports it,
+time to the target and its paired ratio to the reference with a 95% t
+interval, the winner) and crossover.png (the time ratio against the
+wire/compute as run on log axes, a line at 1 and one at the issue's 0.67
+goal). Needs gnuplot for the PNG (the table is written without it).
 """
 import argparse
 import csv
@@ -183,14 +184,20 @@ def verdict(entry, reference):
     return "no difference shown"
 
 
-def write_table(table, reference, targets, path):
+def write_table(table, reference, targets, measured, path):
     lines = [f"Each ratio's methods paired with {reference} seed by seed: "
              "the geometric mean of the time ratios to the target bpb and "
-             "its 95% t interval on the log scale.", "",
-             "| wire/compute (nominal) | slow worker's measured | target bpb "
-             "| method | seeds | s to target (by seed) | vs " + reference +
-             " [95% CI] | MB sent | verdict |",
-             "| ---: | ---: | ---: | --- | --- | --- | --- | ---: | --- |"]
+             "its 95% t interval on the log scale. wire/compute as run: one "
+             "model copy's time at the slow link's rate over the compute "
+             "time of a round of the scenario's H at the steps per second "
+             "measured in these runs; the slow worker's (harness): its "
+             "exchange wire time over its compute time per round, as the "
+             "harness prints it for that method.", "",
+             "| wire/compute (nominal) | wire/compute as run | slow worker's "
+             "(harness) | target bpb | method | seeds | s to target (by "
+             "seed) | vs " + reference + " [95% CI] | MB sent | verdict |",
+             "| ---: | ---: | ---: | ---: | --- | --- | --- | --- | ---: "
+             "| --- |"]
     for e in table:
         times = ", ".join("never" if e["times"][s] is None
                           else f"{e['times'][s]:.0f}" for s in e["seeds"])
@@ -198,8 +205,10 @@ def write_table(table, reference, targets, path):
               f"{e['vs'][0]:.2f} [{e['vs'][1]:.2f}, {e['vs'][2]:.2f}]"
               if e["vs"][1] is not None else f"{e['vs'][0]:.2f}")
         wc = "-" if e["wire_to_compute"] is None else f"{e['wire_to_compute']:.2f}"
-        lines.append(f"| {e['ratio']:g} | {wc} | {targets[e['ratio']]:.4f} | "
-                     f"{e['method']} | "
+        run_ratio = measured.get(e["ratio"])
+        as_run = "-" if run_ratio is None else f"{run_ratio:.2f}"
+        lines.append(f"| {e['ratio']:g} | {as_run} | {wc} | "
+                     f"{targets[e['ratio']]:.4f} | {e['method']} | "
                      f"{' '.join(e['seeds'])} | {times} | {vs} | "
                      f"{e['mb']:.1f} | {verdict(e, reference)} |")
     with open(path, "w", encoding="utf-8") as f:
@@ -207,7 +216,7 @@ def write_table(table, reference, targets, path):
     print("\n".join(lines))
 
 
-def plot(table, reference, out):
+def plot(table, reference, measured, out):
     if not shutil.which("gnuplot"):
         print("crossover_map: gnuplot not found: no PNG, crossover.md has "
               "the figures")
@@ -223,18 +232,20 @@ def plot(table, reference, out):
     for n, (method, entries) in enumerate(sorted(series.items()), start=1):
         data = os.path.join(out, f"crossover-{method}.dat")
         with open(data, "w", encoding="utf-8") as f:
-            for e in entries:
+            for e in sorted(entries, key=lambda e: e["ratio"]):
                 m, lo, hi = e["vs"]
-                f.write(f"{e['ratio']} {m} {lo} {hi}\n")
+                x = measured.get(e["ratio"]) or e["ratio"]
+                f.write(f"{x} {m} {lo} {hi}\n")
         plots.append(f"'{data}' using 1:2:3:4 with yerrorlines linecolor {n} "
                      f"pointtype 7 title '{method} / {reference}'")
     script = (
         "set terminal png size 900,600\n"
         f"set output '{os.path.join(out, 'crossover.png')}'\n"
         "set logscale xy\nset grid\nset key top right\n"
-        "set xlabel 'slow link: copy time / compute time of an H = 80 round'\n"
+        "set xlabel 'slow link: copy time / compute time of an H = 80 "
+        "round, as run'\n"
         f"set ylabel 'time to target / {reference} (95% CI)'\n"
-        "set xrange [0.2:6]\nset yrange [0.1:4]\n"
+        "set xrange [0.2:20]\nset yrange [0.1:4]\n"
         "plot " + ", ".join(plots) +
         ", 1 with lines dashtype 2 linecolor rgb 'black' title 'equal', "
         "0.67 with lines dashtype 3 linecolor rgb 'red' title 'goal 0.67'\n")
@@ -255,6 +266,36 @@ def ratio_folders(out):
     return folders
 
 
+def measured_ratio(runs, scenario_path):
+    """The scenario's wire/compute as this CPU ran it: the slow link's copy
+    time (one model copy at its rate) over the compute time of a round of
+    the scenario's H, with the steps per compute-second of every worker of
+    `runs` and the copy's bytes from an all-reduce run (a ring sends
+    2 (n - 1) / n copies a round); None without one."""
+    with open(scenario_path, encoding="utf-8") as f:
+        local_steps = yaml.safe_load(f)["training"]["local_steps"]
+    steps = seconds = 0.0
+    copy_bytes, rate = None, None
+    for run in runs:
+        with open(os.path.join(run, "summary.json"), encoding="utf-8") as f:
+            summary = json.load(f)
+        workers = summary.get("workers") or []
+        for w in workers:
+            steps += float(w["inner_steps"])
+            seconds += float(w["compute_s"])
+        rate = min(float(w["rate_mbit"]) for w in workers)
+        n = len(workers)
+        if summary["algorithm"].startswith("diloco") and n > 1 and \
+                copy_bytes is None:
+            w = workers[0]
+            copy_bytes = (float(w["sent_bytes"]) / float(w["rounds"]) /
+                          (2 * (n - 1) / n))
+    if copy_bytes is None or not steps or not rate:
+        return None
+    copy_seconds = copy_bytes * 8 / (rate * 1e6)
+    return copy_seconds / (local_steps / (steps / seconds))
+
+
 def common_target(runs):
     """The worst final bpb of any run (its last evaluation, as
     netns_compare.py reads it): every method reaches it in every seed."""
@@ -272,8 +313,12 @@ def report(args):
         return 2
     out = os.path.join(args.out, "compare")
     os.makedirs(out, exist_ok=True)
-    rows, targets = [], {}
+    rows, targets, measured = [], {}, {}
     for ratio, runs in sorted(folders.items()):
+        scenario_path = os.path.join(args.out,
+                                     f"scenario-{ratio_name(ratio)}.yaml")
+        measured[ratio] = (measured_ratio(runs, scenario_path)
+                           if os.path.isfile(scenario_path) else None)
         target = (args.target_bpb if args.target_bpb is not None
                   else common_target(runs))
         targets[ratio] = target
@@ -291,9 +336,9 @@ def report(args):
             return 2
         rows += read_runs(os.path.join(folder, "runs.csv"))
     table = summarise(rows, args.reference)
-    write_table(table, args.reference, targets,
+    write_table(table, args.reference, targets, measured,
                 os.path.join(out, "crossover.md"))
-    plot(table, args.reference, out)
+    plot(table, args.reference, measured, out)
     print(f"crossover_map: wrote {out}/crossover.md and crossover.png")
     return 0
 

@@ -94,21 +94,42 @@ class ReportTest(unittest.TestCase):
         self.assertEqual(code, 0, stdout.getvalue())
         with open(os.path.join(out, "compare", "crossover.md")) as f:
             table = f.read()
-        rows = {line.split("|")[4].strip(): [c.strip() for c in
+        rows = {line.split("|")[5].strip(): [c.strip() for c in
                                              line.strip("|").split("|")]
                 for line in table.splitlines() if line.startswith("| 4 |")}
         self.assertEqual(set(rows), {"diloco-h240", "gasloc-overlap"})
         gasloc = rows["gasloc-overlap"]
-        self.assertEqual(gasloc[1], "5.10")  # the slow worker, mean
-        self.assertEqual(gasloc[2], "2.9000")
-        self.assertEqual(gasloc[4], "4 5")
-        self.assertEqual(gasloc[5], "60, 50")
+        self.assertEqual(gasloc[1], "-")  # no derived scenario file here
+        self.assertEqual(gasloc[2], "5.10")  # the slow worker, mean
+        self.assertEqual(gasloc[3], "2.9000")
+        self.assertEqual(gasloc[5], "4 5")
+        self.assertEqual(gasloc[6], "60, 50")
         # Ratios 60/300 and 50/200: geometric mean sqrt(0.2 * 0.25).
-        self.assertTrue(gasloc[6].startswith(
-            f"{math.sqrt(0.2 * 0.25):.2f} ["), gasloc[6])
-        self.assertEqual(gasloc[8], "gasloc-overlap faster")
-        self.assertEqual(rows["diloco-h240"][6], "1")
-        self.assertEqual(rows["diloco-h240"][5], "300, 200")
+        self.assertTrue(gasloc[7].startswith(
+            f"{math.sqrt(0.2 * 0.25):.2f} ["), gasloc[7])
+        self.assertEqual(gasloc[9], "gasloc-overlap faster")
+        self.assertEqual(rows["diloco-h240"][7], "1")
+        self.assertEqual(rows["diloco-h240"][6], "300, 200")
+
+    def test_measured_ratio_from_the_runs(self):
+        # 4 workers; the DiLoCo run's worker sent 1.5 MB in 2 rounds: a
+        # ring sends 1.5 copies a round, so a copy is 0.5 MB, 4 s at the
+        # slow link's 1 Mbit/s. Every worker ran 100 steps in 2 compute
+        # seconds: H = 80 takes 1.6 s. The ratio is 4 / 1.6 = 2.5.
+        root = tempfile.mkdtemp(prefix="crossover-test-")
+        scenario_path = os.path.join(root, "scenario.yaml")
+        with open(scenario_path, "w") as f:
+            yaml.safe_dump({"training": {"local_steps": 80}}, f)
+        workers = [{"rate_mbit": rate, "cpu": 0.45, "inner_steps": 100,
+                    "compute_s": 2.0, "sent_bytes": 1.5e6, "rounds": 2}
+                   for rate in (24, 24, 24, 1)]
+        runs = [run_folders.make_run(root, a, 4, [(10, 3.0)],
+                                     workers=workers)
+                for a in ("diloco-h240", "gasloc-overlap")]
+        self.assertAlmostEqual(
+            crossover_map.measured_ratio(runs, scenario_path), 2.5)
+        # Without an all-reduce run the copy's size is not known.
+        self.assertIsNone(crossover_map.measured_ratio(runs[1:], scenario_path))
 
     def test_tuning_seeds_are_refused_with_report(self):
         out = tempfile.mkdtemp(prefix="crossover-test-")
