@@ -209,7 +209,8 @@ class GossipRule final : public OuterRule {
       neighbors.clear();
       for (uint32_t j : s.PeersOf(i))
         neighbors.push_back({.y = replicas[j].sent.flat(),
-                             .weight = weights_.PeerWeight(s, i, j)});
+                             .weight = weights_.PeerWeight(s, i, j),
+                             .own = {}});
       Replica& r = replicas[i];
       GossipOuterStep(r.sent.flat(), neighbors, weights_.alpha, 0.0f,
                       r.sent.flat(), r.theta.flat());

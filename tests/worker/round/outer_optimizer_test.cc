@@ -47,7 +47,7 @@ TEST(OuterOptimizer, AddLocalChangeAddsWhatTheStepsMoved) {
 TEST(OuterOptimizer, OnePeerHalfAlphaIsExactPairwiseAveraging) {
   const Vec y1 = {1, 2, 3}, y2 = {3, 6, -1};
   Vec prev1 = y1, theta1(3);
-  GossipNeighbor n2{y2, 1.0f};
+  GossipNeighbor n2{y2, 1.0f, {}};
   GossipOuterStep(y1, {&n2, 1}, 0.5f, 0.0f, prev1, theta1);
   EXPECT_EQ(theta1, (Vec{2, 4, 1}));
 }
@@ -185,7 +185,7 @@ TEST_P(CompleteGraphIdentity, GasLocEqualsDiLoCoOverRounds) {
     for (int i = 0; i < n; ++i) {
       std::vector<GossipNeighbor> neighbors;
       for (int j = 0; j < n; ++j)
-        if (j != i) neighbors.push_back({y[j], 1.0f});
+        if (j != i) neighbors.push_back({y[j], 1.0f, {}});
       GossipOuterStep(y[i], neighbors, 1.0f / n, mu, y_prev[i], theta[i]);
     }
     y_prev = y;
@@ -228,7 +228,7 @@ TEST(OuterOptimizer, MixedPlacementIsDiLoCoOnEveryWorker) {
     for (int i = 0; i < n; ++i) {
       std::vector<GossipNeighbor> neighbors;
       for (int j = 0; j < n; ++j)
-        if (j != i) neighbors.push_back({z[j], 1.0f});
+        if (j != i) neighbors.push_back({z[j], 1.0f, {}});
       GossipOuterStep(y[i], neighbors, 1.0f / n, mu, y_prev[i], theta[i],
                       {.sent = z[i], .bf16 = false});
     }

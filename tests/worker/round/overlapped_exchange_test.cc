@@ -547,7 +547,9 @@ TEST(OverlappedExchange, DilocoMergeFollowsStreamingDilocosRule) {
         }
       }
     }
-    if (!merge) EXPECT_FALSE(live_matches);
+    if (!merge) {
+      EXPECT_FALSE(live_matches);
+    }
   }
 }
 

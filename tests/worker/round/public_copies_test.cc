@@ -199,9 +199,10 @@ TEST(PublicCopiesTest, BothEndsKeepTheSameCopiesThroughDroppedEdges) {
       const bool disagree = round == 6 && (i + 1 == 1 || i + 1 == 2);
       if (dropped_1_3 || dropped_at_2 || disagree) {
         EXPECT_THAT(reports[i]->failed_peers(), ::testing::ElementsAre(peer));
-        if (disagree)
+        if (disagree) {
           EXPECT_THAT(reports[i]->failure_reason(),
                       ::testing::HasSubstr("public copies disagree"));
+        }
       } else {
         EXPECT_EQ(reports[i]->failed_peers_size(), 0)
             << reports[i]->failure_reason();
