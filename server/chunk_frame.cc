@@ -181,7 +181,16 @@ void ChunkFrame::Parse(const grpc::ByteBuffer& buffer) {
         status_ = Malformed("truncated fixed-width field");
     } else if (wire_type == kDelimited) {
       bytes.clear();
-      if (!reader.ReadVarint(&value) || !reader.Take(value, &bytes)) {
+      // A length is at most 5 bytes and 31 bits, as protobuf reads it: a
+      // longer varint's overflow bits would otherwise wrap to a small
+      // length (found by chunk_frame_fuzzer).
+      if (!reader.ReadVarint(&value, /*max_bytes=*/5)) {
+        status_ = Malformed(absl::StrCat("field ", field, " has an overlong "
+                                         "or truncated length"));
+      } else if (value > static_cast<uint64_t>(INT32_MAX)) {
+        status_ = Malformed(absl::StrCat("field ", field, " announces ",
+                                         value, " bytes, beyond 2^31 - 1"));
+      } else if (!reader.Take(value, &bytes)) {
         status_ = Malformed(absl::StrCat("field ", field, " announces ",
                                          value, " bytes; the message ends "
                                          "first"));

@@ -171,6 +171,16 @@ TEST(ChunkFrame, TruncatedOrMalformedMessagesAreInvalidArgument) {
   // Five bytes, but more than 32 bits.
   const std::string wide_tag("\xf2\xff\xff\xff\x7f\x00", 6);
   EXPECT_THAT(refused(wide_tag).message(), HasSubstr("beyond 32 bits"));
+  // A header length of 10 bytes whose overflow bits would wrap to 0,
+  // which protobuf refuses (found by chunk_frame_fuzzer).
+  const std::string long_length("\x0a\x80\x80\x80\x80\x80\x80\x80\x80\x80\x40",
+                                11);
+  EXPECT_FALSE(v1::ExchangeChunk().ParseFromString(long_length));
+  EXPECT_THAT(refused(long_length).message(),
+              HasSubstr("overlong or truncated length"));
+  const std::string huge_length("\x0a\xff\xff\xff\xff\x0f", 6);
+  EXPECT_FALSE(v1::ExchangeChunk().ParseFromString(huge_length));
+  EXPECT_THAT(refused(huge_length).message(), HasSubstr("beyond 2^31 - 1"));
   const ChunkFrame bad = Parsed(Sliced(bytes.substr(0, 30), {}));
   EXPECT_TRUE(bad.payload().empty());
 }
