@@ -350,6 +350,15 @@ absl::Status ValidateJobSpec(const v1::JobSpec& raw) {
     GASLOC_CHECK_RANGE("outer.overlap_merge_alpha", o.overlap_merge_alpha(), 0,
                        1, false, true);
   }
+  if (o.has_max_round_lead()) {
+    if (!IsGossipAlgorithm(o.algorithm()))
+      return absl::InvalidArgumentError(absl::StrCat(
+          "outer.max_round_lead is for the gossip algorithms (GASLoC, "
+          "D-PSGD); ",
+          v1::Algorithm_Name(o.algorithm()),
+          " all-reduces, and its rounds already wait for every member"));
+    GASLOC_CHECK_RANGE("outer.max_round_lead", o.max_round_lead(), 0, 1000);
+  }
   if (!v1::MomentumPlacement_IsValid(o.momentum_placement()))
     return absl::InvalidArgumentError(
         "outer.momentum_placement is not a known value");

@@ -435,6 +435,11 @@ class Coordinator {
   v1::Assignment BuildAssignment(const JobRec& job, const RoundRec& round,
                                  uint64_t worker_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether the job's round lead bound (spec outer.max_round_lead) holds
+  // `member` back from round `round` for now (round_planner.h
+  // DecideRoundLead); a hold is logged and counted once per round.
+  bool HeldByRoundLead(const JobRec& job, StoredMember& member,
+                       uint64_t round) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The first of `candidates` that is not `worker_id`, is still in the job
   // and is one of the round's `members` (sorted): where a re-syncing or
   // joining member fetches the model from.

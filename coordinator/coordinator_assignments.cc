@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/job_spec.h"
+#include "common/log.h"
 #include "common/status_macros.h"
 #include "coordinator/coordinator.h"
 
@@ -152,6 +153,10 @@ absl::StatusOr<std::optional<v1::Assignment>> Coordinator::TryAssign(
         "after_round ", after, " is ahead of job ", bound,
         " (rounds planned: ", job.next_round, ")"));
 
+  // The member has finished round `after` (completed or failed): what the
+  // round lead bound waits on.
+  member.last_finished_round = std::max(member.last_finished_round, after);
+
   // All-reduce replicas: the next round waits until every member reported
   // the previous one, so the replica check has decided who re-syncs
   // before anyone gets the round (its ring needs every member anyway; a
@@ -164,8 +169,10 @@ absl::StatusOr<std::optional<v1::Assignment>> Coordinator::TryAssign(
   // The first planned round >= next that includes the worker.
   for (auto it = job.rounds.lower_bound(next); it != job.rounds.end(); ++it) {
     const EpochRec* e = EpochOf(job, it->second.epoch);
-    if (std::binary_search(e->members.begin(), e->members.end(), worker_id))
-      return BuildAssignment(job, it->second, worker_id);
+    if (!std::binary_search(e->members.begin(), e->members.end(), worker_id))
+      continue;
+    if (HeldByRoundLead(job, member, it->first)) return std::nullopt;
+    return BuildAssignment(job, it->second, worker_id);
   }
   // None of the planned rounds has the worker, and no round will be planned
   // any more (the job is finishing): a joiner whose first round would have
@@ -185,6 +192,8 @@ absl::StatusOr<std::optional<v1::Assignment>> Coordinator::TryAssign(
   const PlanDecision decision = DecidePlanNext(
       latest, worker_id, [&](uint64_t id) { return job.members.count(id) > 0; });
   if (!decision.plan) return std::nullopt;
+  // Held back, the round is planned later, from the reports then in.
+  if (HeldByRoundLead(job, member, job.next_round)) return std::nullopt;
   if (PlanNextRound(job, now) == PlanResult::kWait) return std::nullopt;
   // Deciding to stop may have finished the job (and released the worker).
   if (job.stored.status.state() != v1::JOB_STATE_RUNNING)
@@ -193,6 +202,32 @@ absl::StatusOr<std::optional<v1::Assignment>> Coordinator::TryAssign(
   // of the rounds still to run (the loop above found none).
   if (job.stored.stop_round >= 0) return stop_now();
   return BuildAssignment(job, job.rounds.rbegin()->second, worker_id);
+}
+
+bool Coordinator::HeldByRoundLead(const JobRec& job, StoredMember& member,
+                                  uint64_t round) {
+  const v1::OuterSpec& outer = job.stored.status.spec().outer();
+  if (!outer.has_max_round_lead()) return false;
+  std::vector<MemberProgress> progress;
+  progress.reserve(job.members.size());
+  for (const auto& [id, m] : job.members) {
+    // Not in a round yet, or done with the job: nobody waits for it.
+    if (m.first_round < 0 || m.got_stop) continue;
+    progress.push_back(
+        {id, std::max({m.last_reported_round, m.last_finished_round,
+                       m.first_round - 1})});
+  }
+  const LeadDecision decision =
+      DecideRoundLead(round, outer.max_round_lead(), progress);
+  if (!decision.hold) return false;
+  if (member.lead_held_round != static_cast<int64_t>(round)) {
+    member.lead_held_round = static_cast<int64_t>(round);
+    GASLOC_LOG(INFO) << "job " << job.stored.status.job_id() << " worker "
+                     << member.worker_id << " waits at the round boundary: "
+                     << decision.Reason();
+    Metric([](CoordinatorMetrics& m) { m.RecordRoundLeadHold(); });
+  }
+  return true;
 }
 
 bool Coordinator::IdleNow(uint64_t worker_id) {

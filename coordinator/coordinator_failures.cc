@@ -47,6 +47,8 @@ void Coordinator::ApplyFailure(JobRec& job,
         absl::StrCat("worker ", wid, " round ", request.round(), ": ", error);
   StoredMember& member = job.members.at(wid);
   ++member.consecutive_failures;
+  member.last_finished_round = std::max(
+      member.last_finished_round, static_cast<int64_t>(request.round()));
   SaveMember(member);
   SaveJob(job);
   if (setup) {

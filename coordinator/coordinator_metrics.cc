@@ -88,6 +88,13 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& registry)
                         "max_consecutive_round_failures rounds in a row",
                         registry)
               .Add({})),
+      round_lead_holds_(
+          CounterFamily("gasloc_coordinator_round_lead_holds_total",
+                        "Members held at a round boundary by their job's "
+                        "round lead bound (outer.max_round_lead), once per "
+                        "member and round",
+                        registry)
+              .Add({})),
       rounds_planned_(CounterFamily("gasloc_coordinator_rounds_planned_total",
                                     "Outer rounds planned", registry)),
       budget_changes_(CounterFamily(
@@ -141,6 +148,8 @@ void CoordinatorMetrics::RecordJobFailed(const char* reason) {
 }
 
 void CoordinatorMetrics::RecordMemberDropped() { members_dropped_.Increment(); }
+
+void CoordinatorMetrics::RecordRoundLeadHold() { round_lead_holds_.Increment(); }
 
 void CoordinatorMetrics::BeginJob(uint64_t job_id) {
   rounds_planned_.Add(JobLabels(job_id));

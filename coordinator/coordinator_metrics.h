@@ -75,6 +75,9 @@ class CoordinatorMetrics {
   // A member dropped from its job for failing
   // max_consecutive_round_failures rounds in a row.
   void RecordMemberDropped();
+  // A member held at the round boundary by its job's round lead bound
+  // (outer.max_round_lead), once per member and round.
+  void RecordRoundLeadHold();
   // A job became RUNNING: its series start (at 0); EndJob removes them.
   void BeginJob(uint64_t job_id);
   void EndJob(uint64_t job_id);
@@ -90,6 +93,7 @@ class CoordinatorMetrics {
   prometheus::Family<prometheus::Counter>& divergences_;
   prometheus::Family<prometheus::Counter>& jobs_failed_;
   prometheus::Counter& members_dropped_;
+  prometheus::Counter& round_lead_holds_;
   prometheus::Family<prometheus::Counter>& rounds_planned_;
   prometheus::Family<prometheus::Counter>& budget_changes_;
   prometheus::Family<prometheus::Counter>& rpcs_;

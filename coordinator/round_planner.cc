@@ -247,6 +247,38 @@ PlanDecision DecidePlanNext(const std::vector<uint64_t>* latest_members,
   return {true, Why::kLatestRoundGone};
 }
 
+LeadDecision DecideRoundLead(uint64_t round, uint32_t max_lead,
+                             const std::vector<MemberProgress>& members) {
+  LeadDecision d;
+  d.round = round;
+  d.max_lead = max_lead;
+  const int64_t needed =
+      static_cast<int64_t>(round) - 1 - static_cast<int64_t>(max_lead);
+  for (const MemberProgress& m : members) {
+    if (m.finished_round >= needed) continue;
+    if (!d.hold || m.finished_round < d.slowest_finished) {
+      d.hold = true;
+      d.slowest_worker = m.worker_id;
+      d.slowest_finished = m.finished_round;
+    }
+  }
+  return d;
+}
+
+std::string LeadDecision::Reason() const {
+  const int64_t needed =
+      static_cast<int64_t>(round) - 1 - static_cast<int64_t>(max_lead);
+  std::string reason =
+      absl::StrCat("round ", round, " waits until every member has finished "
+                   "round ", needed, " (max_round_lead ", max_lead, ")");
+  if (!hold) return absl::StrCat(reason, ": every member has");
+  if (slowest_finished < 0)
+    return absl::StrCat(reason, ": worker ", slowest_worker,
+                        " has finished no round yet");
+  return absl::StrCat(reason, ": worker ", slowest_worker,
+                      " has finished round ", slowest_finished);
+}
+
 std::vector<BudgetDiff> DiffBudgets(const std::vector<uint32_t>& old_steps,
                                     const std::vector<Budget>& budgets) {
   std::vector<BudgetDiff> diffs;

@@ -167,6 +167,33 @@ PlanDecision DecidePlanNext(const std::vector<uint64_t>* latest_members,
                             uint64_t worker_id,
                             absl::FunctionRef<bool(uint64_t)> in_job);
 
+// Whether round `round` may be handed out under a round lead bound of
+// `max_lead` rounds (spec outer.max_round_lead): yes once every member has
+// finished (completed or failed) round round - 1 - max_lead, so nobody
+// starts a round more than max_lead rounds ahead of the slowest member.
+// Without a bound a pair on fast links runs rounds ahead of a pair on a
+// slow one, and when the schedule later pairs across them the early end
+// waits for a partner rounds behind until the exchange deadline
+// (docs/benchmarks.md, the crossover map at 0.42 Mbit/s). A member's
+// finished round is its latest completed or failed round, or the round
+// before its first one.
+struct MemberProgress {
+  uint64_t worker_id = 0;
+  int64_t finished_round = -1;
+};
+struct LeadDecision {
+  bool hold = false;
+  uint64_t round = 0;
+  uint32_t max_lead = 0;
+  uint64_t slowest_worker = 0;  // the member furthest behind (hold only)
+  int64_t slowest_finished = -1;
+  // "round 5 waits until every member has finished round 3
+  // (max_round_lead 1): worker 7 has finished round 2".
+  std::string Reason() const;
+};
+LeadDecision DecideRoundLead(uint64_t round, uint32_t max_lead,
+                             const std::vector<MemberProgress>& members);
+
 // The budget changes of a round: member i's H went from old_steps[i] to
 // budgets[i].local_steps. A member with no budget yet (old 0) is not a
 // change. The reason of a change is budgets[index].Reason().

@@ -92,6 +92,14 @@ struct StoredMember {
   // Fraction of the latest reported round spent waiting for peers (not
   // persisted: shown by GetJob's worker_budgets until the next report).
   double wait_fraction = 0;
+  // The latest round the member finished, completed or failed: its failed
+  // reports and the after_round it asks with (not persisted: after a
+  // restart last_reported_round stands in until the member asks again).
+  // The round lead bound waits on it (round_planner.h DecideRoundLead).
+  int64_t last_finished_round = -1;
+  // The round this member was last held back from by the round lead bound
+  // (not persisted; -1 = none): each hold is logged and counted once.
+  int64_t lead_held_round = -1;
 };
 
 struct StoredEpoch {

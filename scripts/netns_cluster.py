@@ -74,35 +74,47 @@ ALGORITHMS = {
 
 
 def algorithm_options(name):
-    """(base name, H or None, outer momentum or None) of an --algorithm: a
-    name of ALGORITHMS, optionally with "-mu<X>" for the all-reduce
-    algorithms' outer momentum (outer.mu, in [0, 1): diloco-eager-mu0.3)
-    and then "-h<N>" for that H in place of the scenario's (diloco-h240:
-    DiLoCo tuned for wall-clock time)."""
-    match = re.fullmatch(r"(.+?)(?:-mu([0-9]*\.?[0-9]+))?(?:-h([0-9]+))?",
-                         name)
-    base, mu, h = match.group(1), match.group(2), match.group(3)
+    """(base name, H or None, outer momentum or None, round lead or None)
+    of an --algorithm: a name of ALGORITHMS, optionally with "-lead<N>"
+    for the gossip algorithms' round lead bound (outer.max_round_lead:
+    gasloc-overlap-lead1), then "-mu<X>" for the all-reduce algorithms'
+    outer momentum (outer.mu, in [0, 1): diloco-eager-mu0.3) and then
+    "-h<N>" for that H in place of the scenario's (diloco-h240: DiLoCo
+    tuned for wall-clock time)."""
+    match = re.fullmatch(
+        r"(.+?)(?:-lead([0-9]+))?(?:-mu([0-9]*\.?[0-9]+))?(?:-h([0-9]+))?",
+        name)
+    base, lead, mu, h = match.groups()
     if base not in ALGORITHMS:
         raise argparse.ArgumentTypeError(
             f"unknown algorithm {name!r}: one of {', '.join(sorted(ALGORITHMS))}"
-            ", optionally with -mu<X> (all-reduce algorithms) and -h<N>")
+            ", optionally with -lead<N> (gossip), -mu<X> (all-reduce "
+            "algorithms) and -h<N>")
     if h is not None and int(h) <= 0:
         raise argparse.ArgumentTypeError(f"{name!r}: -h wants H >= 1")
+    gossip = ALGORITHMS[base][0] in ("ALGORITHM_GASLOC", "ALGORITHM_DPSGD")
     if mu is not None:
-        if not ALGORITHMS[base][0] in ("ALGORITHM_DILOCO",
-                                       "ALGORITHM_LOCAL_SGD"):
+        if gossip or base == "data-parallel":
             raise argparse.ArgumentTypeError(
                 f"{name!r}: -mu sets outer.mu, the outer momentum of DiLoCo "
                 "and local SGD")
         if not 0 <= float(mu) < 1:
             raise argparse.ArgumentTypeError(f"{name!r}: -mu wants [0, 1)")
-    return (base, int(h) if h else None, float(mu) if mu is not None
-            else None)
+    if lead is not None:
+        if not gossip:
+            raise argparse.ArgumentTypeError(
+                f"{name!r}: -lead sets outer.max_round_lead, the round lead "
+                "bound of the gossip algorithms (GASLoC, D-PSGD)")
+        if int(lead) > 1000:
+            raise argparse.ArgumentTypeError(f"{name!r}: -lead wants <= 1000")
+    return (base, int(h) if h else None,
+            float(mu) if mu is not None else None,
+            int(lead) if lead is not None else None)
 
 
 def algorithm_choice(name):
     """(base name, H or None) of an --algorithm (algorithm_options)."""
-    base, h, _ = algorithm_options(name)
+    base, h, _, _ = algorithm_options(name)
     return base, h
 
 
@@ -261,7 +273,7 @@ class Run:
 
     def job_spec(self):
         sc, args = self.sc, self.args
-        base, h, mu = algorithm_options(args.algorithm)
+        base, h, mu, lead = algorithm_options(args.algorithm)
         algorithm, policy = ALGORITHMS[base]
         corpus = sc.corpus if os.path.isabs(sc.corpus) else os.path.join(
             REPO, sc.corpus)
@@ -280,6 +292,8 @@ class Run:
             outer["overlapUpdate"] = "OVERLAP_UPDATE_MERGE"
         if mu is not None:
             outer["mu"] = mu
+        if lead is not None:
+            outer["maxRoundLead"] = lead
         if sc.min_local_steps:
             outer["minLocalSteps"] = sc.min_local_steps
         stop = {}

@@ -140,6 +140,22 @@ TEST(JobSpec, MergeOfOverlappedAllReduceIsValidWithItsWeight) {
   }
 }
 
+// The round lead bound is the gossip algorithms', from lockstep (0) up;
+// unset means unbounded (the refusals are in JobSpecRejects below).
+TEST(JobSpec, RoundLeadBoundIsValidForGossip) {
+  for (v1::Algorithm algorithm : {v1::ALGORITHM_GASLOC, v1::ALGORITHM_DPSGD}) {
+    SCOPED_TRACE(v1::Algorithm_Name(algorithm));
+    v1::JobSpec spec = MinimalSpec();
+    spec.mutable_outer()->set_algorithm(algorithm);
+    spec = ApplyJobSpecDefaults(spec);
+    EXPECT_FALSE(spec.outer().has_max_round_lead()) << "unbounded by default";
+    for (uint32_t lead : {0u, 1u, 1000u}) {
+      spec.mutable_outer()->set_max_round_lead(lead);
+      EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+    }
+  }
+}
+
 // INT8 is every algorithm's: error feedback on the all-reduced
 // pseudo-gradients or gradients, compressed differences against public
 // copies (CHOCO-gossip) for the gossip algorithms. Before, gossip refused
@@ -282,6 +298,17 @@ INSTANTIATE_TEST_SUITE_P(
                    s->mutable_outer()->set_topology(v1::TOPOLOGY_COMPLETE);
                    s->mutable_outer()->set_overlap_exchange(true);
                    s->mutable_outer()->set_overlap_merge_alpha(0.5f);
+                 }},
+        // The round lead bound: gossip only, at most 1000 rounds.
+        BadField{"outer.max_round_lead",
+                 [](v1::JobSpec* s) {
+                   s->mutable_outer()->set_algorithm(v1::ALGORITHM_DILOCO);
+                   s->mutable_outer()->set_topology(v1::TOPOLOGY_COMPLETE);
+                   s->mutable_outer()->set_max_round_lead(1);
+                 }},
+        BadField{"outer.max_round_lead",
+                 [](v1::JobSpec* s) {
+                   s->mutable_outer()->set_max_round_lead(1001);
                  }},
         BadField{"outer.overlap_merge_alpha",
                  [](v1::JobSpec* s) {

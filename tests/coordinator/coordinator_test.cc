@@ -1542,6 +1542,90 @@ TEST_F(CoordinatorTest,
   coord_.reset();  // before `metrics`
 }
 
+// A gossip job's round lead bound (outer.max_round_lead) hands round r
+// out only once every member has finished round r - 1 - lead. Before it a
+// pair ran any number of rounds ahead of the others, and when the
+// schedule later paired across, the early end waited for a partner rounds
+// behind until the exchange deadline (the crossover map at 0.42 Mbit/s).
+// A failed round or an after_round counts as finished, a member whose
+// lease expired is no longer waited for, and each hold is counted once.
+TEST_F(CoordinatorTest, ARoundLeadBoundHoldsTheFastAtTheBoundary) {
+  prometheus::Registry registry;
+  CoordinatorMetrics metrics(registry);
+  metrics_ = &metrics;
+  Make(nullptr);
+  const std::vector<uint64_t> ids = RegisterN(4);
+  const uint64_t fast = ids[0], slow = ids[3];
+  v1::JobSpec spec = Spec(/*min_workers=*/4);
+  spec.mutable_outer()->set_max_round_lead(1);
+  const uint64_t job = Start(spec);
+  for (uint64_t id : ids) ASSERT_EQ(Ask(id, job, -1)->round(), 0u);
+  const auto holds = [&] {
+    for (const prometheus::MetricFamily& family : registry.Collect())
+      if (family.name == "gasloc_coordinator_round_lead_holds_total")
+        return family.metric.at(0).counter.value;
+    return -1.0;
+  };
+  const auto held = [&](uint64_t id, int64_t after) {
+    auto a = Ask(id, job, after);
+    return a.ok() && a->kind() == v1::ASSIGNMENT_KIND_NONE;
+  };
+
+  // One round ahead is within the bound; round 2 needs round 0 finished
+  // by everyone.
+  ASSERT_TRUE(Report(fast, job, 0).ok());
+  EXPECT_EQ(Ask(fast, job, 0)->round(), 1u);
+  ASSERT_TRUE(Report(fast, job, 1).ok());
+  EXPECT_TRUE(held(fast, 1));
+  EXPECT_TRUE(held(fast, 1));
+  EXPECT_EQ(holds(), 1) << "asked twice, held once";
+  // ids[1] completes round 0; ids[2] only asks after it (its report lost);
+  // the slow worker is still in round 0.
+  ASSERT_TRUE(Report(ids[1], job, 0).ok());
+  EXPECT_EQ(Ask(ids[2], job, 0)->round(), 1u);
+  EXPECT_TRUE(held(fast, 1));
+  // A failed round is finished too.
+  ASSERT_TRUE(Fail(slow, job, 0, "exchange deadline").ok());
+  EXPECT_EQ(Ask(fast, job, 1)->round(), 2u);
+
+  // Round 3 needs round 1: the others finish it, the slow worker never
+  // asks again; once its lease expires it is no longer waited for.
+  ASSERT_TRUE(Report(fast, job, 2).ok());
+  EXPECT_TRUE(held(fast, 2));
+  EXPECT_EQ(Ask(ids[1], job, 0)->round(), 1u);
+  ASSERT_TRUE(Report(ids[1], job, 1).ok());
+  ASSERT_TRUE(Report(ids[2], job, 1).ok());
+  EXPECT_TRUE(held(fast, 2));
+  for (int i = 0; i < 3; ++i) {
+    clock_.Advance(absl::Seconds(4));
+    for (uint64_t id : {ids[0], ids[1], ids[2]})
+      ASSERT_TRUE(Beat(id, job).ok());
+  }
+  auto r3 = Ask(fast, job, 2);
+  ASSERT_TRUE(r3.ok()) << r3.status();
+  EXPECT_EQ(r3->round(), 3u);
+  EXPECT_EQ(holds(), 2);
+
+  // Without the bound (the default) nothing holds a member back.
+  Make(nullptr);
+  const std::vector<uint64_t> more = RegisterN(2);
+  const uint64_t unbounded = Start(Spec(/*min_workers=*/2));
+  for (uint64_t id : more) {
+    auto first = Ask(id, unbounded, -1);
+    ASSERT_EQ(first->kind(), v1::ASSIGNMENT_KIND_ROUND);
+    ASSERT_EQ(first->round(), 0u);
+  }
+  for (uint64_t r = 0; r < 3; ++r) {
+    ASSERT_TRUE(Report(more[0], unbounded, r).ok());
+    auto next = Ask(more[0], unbounded, static_cast<int64_t>(r));
+    ASSERT_TRUE(next.ok()) << next.status();
+    EXPECT_EQ(next->kind(), v1::ASSIGNMENT_KIND_ROUND);
+    EXPECT_EQ(next->round(), r + 1);
+  }
+  EXPECT_EQ(holds(), 2);
+  coord_.reset();  // before `metrics`
+}
+
 // Dropping a member below min_workers fails the job at once, naming the
 // dropped worker and the first error.
 TEST_F(CoordinatorTest, ADropBelowMinWorkersFailsTheJob) {

@@ -226,6 +226,36 @@ TEST(RoundPlannerTest, WhoPlansTheNextRound) {
   EXPECT_EQ(orphan.why, PlanDecision::Why::kLatestRoundGone);
 }
 
+TEST(RoundPlannerTest, ARoundWaitsForTheSlowestMemberUpToTheLead) {
+  const std::vector<MemberProgress> members = {{1, 4}, {2, 2}, {3, 3}, {4, -1}};
+  // Lead 1: round 4 needs round 2 finished by everyone; worker 4 (no round
+  // finished yet, its first is round 0) holds it, the furthest behind.
+  LeadDecision d = DecideRoundLead(4, 1, members);
+  EXPECT_TRUE(d.hold);
+  EXPECT_EQ(d.slowest_worker, 4u);
+  EXPECT_EQ(d.Reason(),
+            "round 4 waits until every member has finished round 2 "
+            "(max_round_lead 1): worker 4 has finished no round yet");
+  // Without worker 4, worker 2 has finished round 2: round 4 may start,
+  // round 5 may not.
+  const std::vector<MemberProgress> three(members.begin(), members.end() - 1);
+  EXPECT_FALSE(DecideRoundLead(4, 1, three).hold);
+  d = DecideRoundLead(5, 1, three);
+  EXPECT_TRUE(d.hold);
+  EXPECT_EQ(d.slowest_worker, 2u);
+  EXPECT_EQ(d.Reason(),
+            "round 5 waits until every member has finished round 3 "
+            "(max_round_lead 1): worker 2 has finished round 2");
+  // Lockstep (0): the slowest member's next round is never held, anyone
+  // else's next after it is.
+  EXPECT_FALSE(DecideRoundLead(3, 0, three).hold);
+  EXPECT_TRUE(DecideRoundLead(4, 0, three).hold);
+  // Early rounds wait for nobody; a wide lead holds nothing here.
+  EXPECT_FALSE(DecideRoundLead(0, 0, members).hold);
+  EXPECT_FALSE(DecideRoundLead(1, 1, members).hold);
+  EXPECT_FALSE(DecideRoundLead(5, 1000, members).hold);
+}
+
 TEST(RoundPlannerTest, BudgetDiffSkipsFirstBudgetsAndUnchanged) {
   std::vector<Budget> budgets(3);
   budgets[0].local_steps = 100;

@@ -67,15 +67,21 @@ class AlgorithmChoiceTest(unittest.TestCase):
                          ("data-parallel", None))
         self.assertEqual(
             netns_cluster.algorithm_options("diloco-eager-mu0.3-h80"),
-            ("diloco-eager", 80, 0.3))
+            ("diloco-eager", 80, 0.3, None))
         self.assertEqual(netns_cluster.algorithm_options("diloco-mu0"),
-                         ("diloco", None, 0.0))
+                         ("diloco", None, 0.0, None))
         self.assertEqual(
             netns_cluster.algorithm_options("gasloc-overlap-int8"),
-            ("gasloc-overlap-int8", None, None))
+            ("gasloc-overlap-int8", None, None, None))
+        self.assertEqual(
+            netns_cluster.algorithm_options("gasloc-overlap-lead1"),
+            ("gasloc-overlap", None, None, 1))
+        self.assertEqual(netns_cluster.algorithm_options("dpsgd-lead0-h20"),
+                         ("dpsgd", 20, None, 0))
         for bad in ("nope", "diloco-h0", "diloco-hx", "nope-h80",
                     "diloco-mu1", "diloco-mu1.5-h80", "gasloc-mu0.3",
-                    "diloco-h80-mu0.3"):
+                    "diloco-h80-mu0.3", "diloco-lead1", "gasloc-lead1001",
+                    "gasloc-h80-lead1"):
             with self.assertRaises(Exception, msg=bad):
                 netns_cluster.algorithm_choice(bad)
 
