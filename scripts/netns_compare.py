@@ -76,6 +76,15 @@ def load_run(folder):
         return sum(values) / len(values) if values else None
     fast = [w for w in workers if is_fast(w)]
     slow = [w for w in workers if not is_fast(w)]
+    wall = float(summary["wall_seconds"] or 0)
+
+    def not_computing(ws):
+        # Over the job's wall time, not the rounds' (idle_fraction): a
+        # worker held at the round boundary (outer.max_round_lead) is
+        # between rounds, and that wait is idle too.
+        values = [1 - float(w["compute_s"]) / wall for w in ws
+                  if wall > 0 and w.get("compute_s", "") != ""]
+        return sum(values) / len(values) if values else None
     h = {}
     for r in rounds:
         if int(r["round"]) >= 2:
@@ -89,7 +98,7 @@ def load_run(folder):
         "final_bpb": evals[-1][2] if evals else None,
         "evals": evals,
         "fast_wait": wait(fast), "slow_wait": wait(slow),
-        "fast_idle": wait(fast, "idle_fraction"),
+        "fast_idle": not_computing(fast),
         "mb_moved": sum(w["sent_bytes"] for w in workers) / 1e6,
         "mean_h": {w: sum(v) / len(v) for w, v in sorted(h.items())},
     }

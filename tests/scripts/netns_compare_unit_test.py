@@ -137,6 +137,18 @@ class CompareTest(unittest.TestCase):
         # Paired gap of the final bpb: (2.5 - 2.8, 2.9 - 3.0) = -0.2 mean.
         self.assertTrue(gasloc[5].startswith("-0.2000 ["), gasloc[5])
 
+    def test_not_computing_counts_the_wait_between_rounds(self):
+        # 30 s of compute in a 100 s job: 70% not computing, though the
+        # rounds themselves (idle_fraction) were 20% idle: a worker held at
+        # the round boundary waits between rounds.
+        workers = [{"rate_mbit": 24, "cpu": 1, "wait_fraction": 0.1,
+                    "idle_fraction": 0.2, "compute_s": 30,
+                    "sent_bytes": 2e6}]
+        folder = make_run(self.root, "gasloc", 4, [(50, 3.5), (100, 2.8)],
+                          workers=workers)
+        self.assertAlmostEqual(netns_compare.load_run(folder)["fast_idle"],
+                               0.7)
+
     def test_report_refuses_what_breaks_the_protocol(self):
         tuned = [make_run(self.root, "diloco", 1, [(10, 3.0)]),
                  make_run(self.root, "gasloc", 1, [(10, 3.0)])]

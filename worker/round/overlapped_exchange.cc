@@ -29,12 +29,12 @@ absl::StatusOr<ExchangeResult> OverlappedExchange::Exchange(OuterRound& round,
     return exchange_->Exchange(round, model);
   if (!model_) {
     model_.emplace(model.shared_layout());
-    base_.emplace(model.shared_layout());
+    if (!merge_alpha_) base_.emplace(model.shared_layout());
   }
   // An eager algorithm's outer step, before the steps beside the exchange.
   exchange_->StepBeforeExchange(round, model);
   model_->CopyFrom(model);  // theta at H_i: what the exchange mixes
-  base_->CopyFrom(model);
+  if (base_) base_->CopyFrom(model);
   v1::ReportRoundRequest exchanged;
   OuterRound beside = round;
   beside.report = &exchanged;

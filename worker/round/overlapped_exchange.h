@@ -87,8 +87,9 @@ class OverlappedExchange : public OuterAlgorithm {
   // outer.overlap_merge_alpha under OVERLAP_UPDATE_MERGE; otherwise the
   // steps beside are carried by difference.
   std::optional<float> merge_alpha_;
-  // Allocated at the first round: the model copy the exchange mixes and
-  // theta at H_i.
+  // Allocated at the first round: the model copy the exchange mixes, and
+  // theta at H_i (to carry the steps beside by difference; the merge
+  // needs no such copy and allocates none).
   std::optional<FloatArena> model_;
   std::optional<FloatArena> base_;
   // Exchange completed a round whose start point Apply is to carry.
