@@ -74,22 +74,25 @@ ALGORITHMS = {
 
 
 def algorithm_options(name):
-    """(base name, H or None, outer momentum or None, round lead or None)
-    of an --algorithm: a name of ALGORITHMS, optionally with "-lead<N>"
-    for the gossip algorithms' round lead bound (outer.max_round_lead:
-    gasloc-overlap-lead1), then "-mu<X>" for the all-reduce algorithms'
-    outer momentum (outer.mu, in [0, 1): diloco-eager-mu0.3) and then
-    "-h<N>" for that H in place of the scenario's (diloco-h240: DiLoCo
-    tuned for wall-clock time)."""
+    """(base name, H or None, outer momentum or None, round lead or None,
+    poisoning-guard ratio or None) of an --algorithm: a name of
+    ALGORITHMS, optionally with "-lead<N>" for the gossip algorithms'
+    round lead bound (outer.max_round_lead: gasloc-overlap-lead1), then
+    "-guard<X>" for the gossip poisoning guard's ratio
+    (exchange.poison_distance_ratio, 0 = off: gasloc-overlap-guard0), then
+    "-mu<X>" for the all-reduce algorithms' outer momentum (outer.mu, in
+    [0, 1): diloco-eager-mu0.3) and then "-h<N>" for that H in place of the
+    scenario's (diloco-h240: DiLoCo tuned for wall-clock time)."""
+    number = r"([0-9]*\.?[0-9]+)"
     match = re.fullmatch(
-        r"(.+?)(?:-lead([0-9]+))?(?:-mu([0-9]*\.?[0-9]+))?(?:-h([0-9]+))?",
-        name)
-    base, lead, mu, h = match.groups()
+        rf"(.+?)(?:-lead([0-9]+))?(?:-guard{number})?(?:-mu{number})?"
+        r"(?:-h([0-9]+))?", name)
+    base, lead, guard, mu, h = match.groups()
     if base not in ALGORITHMS:
         raise argparse.ArgumentTypeError(
             f"unknown algorithm {name!r}: one of {', '.join(sorted(ALGORITHMS))}"
-            ", optionally with -lead<N> (gossip), -mu<X> (all-reduce "
-            "algorithms) and -h<N>")
+            ", optionally with -lead<N> and -guard<X> (gossip), -mu<X> "
+            "(all-reduce algorithms) and -h<N>")
     if h is not None and int(h) <= 0:
         raise argparse.ArgumentTypeError(f"{name!r}: -h wants H >= 1")
     gossip = ALGORITHMS[base][0] in ("ALGORITHM_GASLOC", "ALGORITHM_DPSGD")
@@ -107,14 +110,19 @@ def algorithm_options(name):
                 "bound of the gossip algorithms (GASLoC, D-PSGD)")
         if int(lead) > 1000:
             raise argparse.ArgumentTypeError(f"{name!r}: -lead wants <= 1000")
+    if guard is not None and not gossip:
+        raise argparse.ArgumentTypeError(
+            f"{name!r}: -guard sets exchange.poison_distance_ratio, the "
+            "poisoning guard of the gossip algorithms (GASLoC, D-PSGD)")
     return (base, int(h) if h else None,
             float(mu) if mu is not None else None,
-            int(lead) if lead is not None else None)
+            int(lead) if lead is not None else None,
+            float(guard) if guard is not None else None)
 
 
 def algorithm_choice(name):
     """(base name, H or None) of an --algorithm (algorithm_options)."""
-    base, h, _, _ = algorithm_options(name)
+    base, h = algorithm_options(name)[:2]
     return base, h
 
 
@@ -273,7 +281,7 @@ class Run:
 
     def job_spec(self):
         sc, args = self.sc, self.args
-        base, h, mu, lead = algorithm_options(args.algorithm)
+        base, h, mu, lead, guard = algorithm_options(args.algorithm)
         algorithm, policy = ALGORITHMS[base]
         corpus = sc.corpus if os.path.isabs(sc.corpus) else os.path.join(
             REPO, sc.corpus)
@@ -307,6 +315,8 @@ class Run:
         exchange = {"deadlineMs": sc.exchange_deadline_ms}
         if base.endswith("-int8"):
             exchange["encoding"] = "WIRE_ENCODING_INT8"
+        if guard is not None:
+            exchange["poisonDistanceRatio"] = guard
         if sc.exchange_chunk_bytes:
             exchange["chunkBytes"] = sc.exchange_chunk_bytes
         training = {"batch": sc.batch, "threads": sc.threads,

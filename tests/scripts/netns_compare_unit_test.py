@@ -67,21 +67,28 @@ class AlgorithmChoiceTest(unittest.TestCase):
                          ("data-parallel", None))
         self.assertEqual(
             netns_cluster.algorithm_options("diloco-eager-mu0.3-h80"),
-            ("diloco-eager", 80, 0.3, None))
+            ("diloco-eager", 80, 0.3, None, None))
         self.assertEqual(netns_cluster.algorithm_options("diloco-mu0"),
-                         ("diloco", None, 0.0, None))
+                         ("diloco", None, 0.0, None, None))
         self.assertEqual(
             netns_cluster.algorithm_options("gasloc-overlap-int8"),
-            ("gasloc-overlap-int8", None, None, None))
+            ("gasloc-overlap-int8", None, None, None, None))
         self.assertEqual(
             netns_cluster.algorithm_options("gasloc-overlap-lead1"),
-            ("gasloc-overlap", None, None, 1))
+            ("gasloc-overlap", None, None, 1, None))
         self.assertEqual(netns_cluster.algorithm_options("dpsgd-lead0-h20"),
-                         ("dpsgd", 20, None, 0))
+                         ("dpsgd", 20, None, 0, None))
+        self.assertEqual(
+            netns_cluster.algorithm_options("gasloc-overlap-lead1-guard0"),
+            ("gasloc-overlap", None, None, 1, 0.0))
+        self.assertEqual(
+            netns_cluster.algorithm_options("gasloc-guard2.5-h50"),
+            ("gasloc", 50, None, None, 2.5))
         for bad in ("nope", "diloco-h0", "diloco-hx", "nope-h80",
                     "diloco-mu1", "diloco-mu1.5-h80", "gasloc-mu0.3",
                     "diloco-h80-mu0.3", "diloco-lead1", "gasloc-lead1001",
-                    "gasloc-h80-lead1"):
+                    "gasloc-h80-lead1", "diloco-guard0",
+                    "gasloc-guard0-lead1"):
             with self.assertRaises(Exception, msg=bad):
                 netns_cluster.algorithm_choice(bad)
 
