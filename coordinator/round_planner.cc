@@ -252,10 +252,10 @@ LeadDecision DecideRoundLead(uint64_t round, uint32_t max_lead,
   LeadDecision d;
   d.round = round;
   d.max_lead = max_lead;
-  const int64_t needed =
+  d.needed_round =
       static_cast<int64_t>(round) - 1 - static_cast<int64_t>(max_lead);
   for (const MemberProgress& m : members) {
-    if (m.finished_round >= needed) continue;
+    if (m.finished_round >= d.needed_round) continue;
     if (!d.hold || m.finished_round < d.slowest_finished) {
       d.hold = true;
       d.slowest_worker = m.worker_id;
@@ -266,11 +266,9 @@ LeadDecision DecideRoundLead(uint64_t round, uint32_t max_lead,
 }
 
 std::string LeadDecision::Reason() const {
-  const int64_t needed =
-      static_cast<int64_t>(round) - 1 - static_cast<int64_t>(max_lead);
   std::string reason =
       absl::StrCat("round ", round, " waits until every member has finished "
-                   "round ", needed, " (max_round_lead ", max_lead, ")");
+                   "round ", needed_round, " (max_round_lead ", max_lead, ")");
   if (!hold) return absl::StrCat(reason, ": every member has");
   if (slowest_finished < 0)
     return absl::StrCat(reason, ": worker ", slowest_worker,

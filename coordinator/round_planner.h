@@ -185,6 +185,8 @@ struct LeadDecision {
   bool hold = false;
   uint64_t round = 0;
   uint32_t max_lead = 0;
+  // round - 1 - max_lead: the round every member must have finished.
+  int64_t needed_round = 0;
   uint64_t slowest_worker = 0;  // the member furthest behind (hold only)
   int64_t slowest_finished = -1;
   // "round 5 waits until every member has finished round 3
